@@ -1,0 +1,145 @@
+"""Configuration: one frozen config object per daemon, validated at start, fields named in every error.
+
+This is the only module that reads ``os.environ``. Config files (TOML or YAML) refuse unknown keys, so a
+typo fails at start instead of being silently ignored. Environment variables override file values;
+command-line flags override both (the CLI passes them as ``overrides``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import platformdirs
+import yaml
+
+from cua_stream.topics import Topics
+
+ENV_PREFIX = "CUA_"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or invalid; the message names the field."""
+
+
+class Secret(str):
+    """A string that never shows its value in repr/str (API keys, tokens)."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    def __str__(self) -> str:
+        return "***"
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+
+class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How a process reaches Kafka and which topic namespace it uses."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    """Comma-separated host:port list (env CUA_BOOTSTRAP_SERVERS)."""
+    topic_prefix: str = "cua"
+    """Namespace of every topic name: ``<prefix>.turns`` (env CUA_TOPIC_PREFIX)."""
+    episode_partitions: int = 4
+    """Partitions of each episode topic; the same for all so groups co-partition."""
+    replication_factor: int = 1
+    client_id: str = "cua-stream"
+    request_timeout_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", self.bootstrap_servers):
+            raise ConfigError(f"bus.bootstrap_servers: expected host:port[,host:port...], got {self.bootstrap_servers!r}")
+        try:
+            self.topics()
+        except ValueError as e:
+            raise ConfigError(f"bus.topic_prefix / partitions: {e}") from None
+
+    def topics(self) -> Topics:
+        return Topics(
+            prefix=self.topic_prefix,
+            episode_partitions=self.episode_partitions,
+            replication_factor=self.replication_factor,
+        )
+
+
+def state_dir() -> Path:
+    """Where long-lived local state goes (broker data, blobs): env CUA_HOME, else the user state dir."""
+    return Path(os.environ.get("CUA_HOME") or platformdirs.user_state_dir("cua-stream"))
+
+
+def cache_dir() -> Path:
+    """Where downloads are cached (Kafka jars): env CUA_CACHE_DIR, else the user cache dir."""
+    return Path(os.environ.get("CUA_CACHE_DIR") or platformdirs.user_cache_dir("cua-stream"))
+
+
+def environ() -> Mapping[str, str]:
+    """The process environment, for pure parsers that take a mapping (e.g. the Harbor binding)."""
+    return os.environ
+
+
+def _env_overrides(section: str, cls: type[msgspec.Struct], env: Mapping[str, str]) -> dict[str, Any]:
+    """``CUA_<FIELD>`` (bus fields) or ``CUA_<SECTION>_<FIELD>`` values for the fields of ``cls``."""
+    out: dict[str, Any] = {}
+    for field in cls.__struct_fields__:
+        names = [f"{ENV_PREFIX}{section.upper()}_{field.upper()}"]
+        if section == "bus":
+            names.insert(0, f"{ENV_PREFIX}{field.upper()}")
+        for name in names:
+            if name in env:
+                out[field] = env[name]
+                break
+    return out
+
+
+def read_file(path: Path) -> dict[str, Any]:
+    """A TOML or YAML config file as a dict (sections are top-level tables)."""
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a table at the top level")
+    return data
+
+
+def build[T: msgspec.Struct](
+    cls: type[T],
+    section: str,
+    *,
+    file_data: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> T:
+    """Build config ``cls`` from file section < environment < overrides; errors name ``section.field``."""
+    merged: dict[str, Any] = dict((file_data or {}).get(section, {}) or {})
+    merged.update(_env_overrides(section, cls, os.environ if env is None else env))
+    merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return msgspec.convert(merged, cls, strict=False)
+    except msgspec.ValidationError as e:
+        raise ConfigError(_name_field(section, str(e))) from None
+
+
+def _name_field(section: str, message: str) -> str:
+    """Rewrite msgspec's "Expected `int`, got `str` - at `$.x`" as "section.x: Expected `int`, got `str`"."""
+    if m := re.fullmatch(r"Object contains unknown field `(.+)`(?: - at `\$\.?(.*)`)?", message):
+        where = ".".join(p for p in (section, m.group(2), m.group(1)) if p)
+        return f"{where}: unknown field (check the spelling)"
+    if m := re.search(r" - at `\$\.?(.*)`$", message):
+        return f"{section}.{m.group(1)}: {message[: m.start()]}"
+    return message if message.startswith(f"{section}.") else f"{section}: {message}"
+
+
+def bus_config(overrides: Mapping[str, Any] | None = None, file_data: Mapping[str, Any] | None = None) -> BusConfig:
+    return build(BusConfig, "bus", file_data=file_data, overrides=overrides)

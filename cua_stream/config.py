@@ -55,7 +55,9 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", self.bootstrap_servers):
-            raise ConfigError(f"bus.bootstrap_servers: expected host:port[,host:port...], got {self.bootstrap_servers!r}")
+            raise ConfigError(
+                f"bus.bootstrap_servers: expected host:port[,host:port...], got {self.bootstrap_servers!r}"
+            )
         try:
             self.topics()
         except ValueError as e:
@@ -141,5 +143,7 @@ def _name_field(section: str, message: str) -> str:
     return message if message.startswith(f"{section}.") else f"{section}: {message}"
 
 
-def bus_config(overrides: Mapping[str, Any] | None = None, file_data: Mapping[str, Any] | None = None) -> BusConfig:
+def bus_config(
+    overrides: Mapping[str, Any] | None = None, file_data: Mapping[str, Any] | None = None
+) -> BusConfig:
     return build(BusConfig, "bus", file_data=file_data, overrides=overrides)

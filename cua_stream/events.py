@@ -310,7 +310,14 @@ RECORD_TYPES: tuple[type[Event], ...] = (
     DeadLetter,
 )
 AnyEvent = (
-    WorkRequest | TurnEvent | SummaryEvent | OutcomeEvent | ScoreEvent | PolicyVersion | TrainStep | DeadLetter
+    WorkRequest
+    | TurnEvent
+    | SummaryEvent
+    | OutcomeEvent
+    | ScoreEvent
+    | PolicyVersion
+    | TrainStep
+    | DeadLetter
 )
 TYPE_BY_TAG: dict[str, type[Event]] = {t.__struct_config__.tag: t for t in RECORD_TYPES}
 
@@ -354,7 +361,11 @@ def tag_of(event: Event | type[Event]) -> str:
 
 def headers_for(event: Event) -> list[tuple[str, bytes]]:
     """Kafka record headers: enough to route or filter without decoding the payload."""
-    headers = [("schema", SCHEMA.encode()), ("type", tag_of(event).encode()), ("run_id", event.run_id.encode())]
+    headers = [
+        ("schema", SCHEMA.encode()),
+        ("type", tag_of(event).encode()),
+        ("run_id", event.run_id.encode()),
+    ]
     episode_id = getattr(event, "episode_id", None)
     if episode_id is not None:
         headers.append(("episode_id", episode_id.encode()))

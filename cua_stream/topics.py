@@ -47,7 +47,13 @@ class TopicSpec:
 
 
 WORK = TopicSpec(
-    "work", (WorkRequest,), "group_id", "delete", 7 * DAY_MS, True, "episodes to run (producers' consumer group)"
+    "work",
+    (WorkRequest,),
+    "group_id",
+    "delete",
+    7 * DAY_MS,
+    True,
+    "episodes to run (producers' consumer group)",
 )
 TURNS = TopicSpec(
     "turns", (TurnEvent,), "group_id", "delete", 7 * DAY_MS, True, "agent-loop completions from the gateway"

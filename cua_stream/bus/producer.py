@@ -79,7 +79,9 @@ class EventProducer:
         """Enqueue ``event`` on its topic; await the returned future for the broker's ack."""
         return await self.send_record(self.record(spec, event))
 
-    async def send_record(self, rec: OutRecord, partition: int | None = None) -> asyncio.Future[RecordMetadata]:
+    async def send_record(
+        self, rec: OutRecord, partition: int | None = None
+    ) -> asyncio.Future[RecordMetadata]:
         return await self._kafka.send(
             rec.topic, rec.value, key=rec.key, headers=rec.headers, partition=partition
         )

@@ -1,4 +1,10 @@
-"""Session-wide test settings. Offline by construction: no hub downloads, no litellm cost-map fetch."""
+"""Session-wide test settings and the real-Kafka fixtures.
+
+Offline by construction: no hub downloads, no litellm cost-map fetch. Integration tests share one real
+Apache Kafka broker per session: the one named by CUA_TEST_BOOTSTRAP_SERVERS (``.ci/run`` starts it
+with ``cua-stream broker start``), or else one this fixture starts from the cached jars on a free port.
+Each test gets its own topic prefix, so tests never see each other's records.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,63 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import pytest  # noqa: E402
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from cua_stream.config import BusConfig
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     # aiokafka is asyncio-only.
     return "asyncio"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """host:port of a running Apache Kafka broker for this test session."""
+    external = os.environ.get("CUA_TEST_BOOTSTRAP_SERVERS")
+    if external:
+        yield external
+        return
+    from cua_stream.broker import BrokerConfig, LocalBroker
+
+    port = free_port()
+    home: Path = tmp_path_factory.mktemp("kafka")
+    broker = LocalBroker(BrokerConfig(home=str(home), port=port, controller_port=free_port()))
+    broker.start()
+    try:
+        yield broker.config.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+async def _create_topics(config: BusConfig) -> None:
+    from cua_stream.bus.admin import TopicAdmin
+
+    async with TopicAdmin(config) as admin:
+        await admin.create()
+
+
+@pytest.fixture
+def bus_config(kafka_bootstrap: str) -> BusConfig:
+    """A BusConfig on the session broker with a fresh topic prefix whose topics all exist."""
+    config = BusConfig(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=f"t-{uuid.uuid4().hex[:10]}",
+        episode_partitions=2,
+        client_id="cua-test",
+    )
+    anyio.run(_create_topics, config)
+    return config

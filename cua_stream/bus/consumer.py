@@ -1,0 +1,214 @@
+"""Consumer-group helpers: decoded deliveries, dead-letter routing, commit only after processing.
+
+Guarantee: at-least-once per consumer group. An offset is committed only once its record has been
+handled (or dead-lettered durably), including when partitions are revoked in a rebalance; a record in
+flight during a revoke is re-delivered to the partition's next owner, never skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import anyio
+import anyio.lowlevel
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
+
+from cua_stream.bus.codec import Delivery, Headers, dead_letter, decode_record
+from cua_stream.bus.producer import EventProducer
+from cua_stream.config import BusConfig
+from cua_stream.errors import RecordError
+from cua_stream.topics import DLQ, TopicSpec
+
+log = logging.getLogger(__name__)
+
+
+def make_kafka_consumer(
+    config: BusConfig,
+    *,
+    group_id: str | None,
+    from_beginning: bool = True,
+    read_committed: bool = True,
+    max_poll_records: int = 500,
+) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        bootstrap_servers=config.bootstrap_servers,
+        client_id=config.client_id,
+        group_id=group_id,
+        enable_auto_commit=False,  # commits follow processing, never the poll
+        auto_offset_reset="earliest" if from_beginning else "latest",
+        isolation_level="read_committed" if read_committed else "read_uncommitted",
+        max_poll_records=max_poll_records,
+        request_timeout_ms=config.request_timeout_ms,
+    )
+
+
+async def start_consumer(consumer: AIOKafkaConsumer) -> None:
+    await consumer.start()
+    # aiokafka 0.14 cancels a coordinator task in stop(); if that task never ran, stop() raises
+    # CancelledError (and masks whatever error made us stop). One scheduler tick lets it start.
+    await anyio.lowlevel.checkpoint()
+
+
+async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
+    """The partition numbers of ``topic`` (fresh metadata; empty if the topic does not exist)."""
+    cluster = await consumer._client.fetch_all_metadata()  # the public partitions_for_topic uses a cache
+    return sorted(cluster.partitions_for_topic(topic) or ())
+
+
+class DeadLetterRouter:
+    """Turns a record that cannot be decoded into a DeadLetter event on the DLQ topic, durably."""
+
+    def __init__(self, producer: EventProducer) -> None:
+        self.producer = producer
+        self.count = 0
+
+    def letter(self, error: RecordError, msg: ConsumerRecord):  # -> DeadLetter
+        return dead_letter(
+            error,
+            topic=msg.topic,
+            partition=msg.partition,
+            offset=msg.offset,
+            key=msg.key,
+            value=msg.value,
+            headers=tuple(msg.headers or ()),
+        )
+
+    async def route(self, error: RecordError, msg: ConsumerRecord) -> None:
+        log.warning("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)
+        await self.producer.publish(DLQ, self.letter(error, msg))
+        self.count += 1
+
+
+def decode_message(topics_by_name: dict[str, TopicSpec], msg: ConsumerRecord) -> Delivery:
+    """Decode a consumed record (raises RecordError)."""
+    return decode_record(
+        topics_by_name[msg.topic],
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        key=msg.key,
+        value=msg.value,
+        headers=tuple(msg.headers or ()),
+        timestamp_ms=msg.timestamp,
+    )
+
+
+class _CommitOnRevoke(ConsumerRebalanceListener):
+    def __init__(self, owner: EventConsumer) -> None:
+        self.owner = owner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.owner._commit(set(revoked))
+        for tp in revoked:
+            self.owner._processed.pop(tp, None)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.owner.assigned.set()
+
+
+class EventConsumer:
+    """Reads events from ``specs`` as member ``group_id``. ``async with`` it, then ``run(handler)`` or
+    iterate ``batches()`` and call ``processed(d)`` + ``commit()`` yourself."""
+
+    def __init__(
+        self,
+        config: BusConfig,
+        specs: Sequence[TopicSpec],
+        *,
+        group_id: str,
+        dead_letters: EventProducer,
+        from_beginning: bool = True,
+        max_batch: int = 500,
+    ) -> None:
+        self.config = config
+        self.topics = config.topics()
+        self._by_name = {self.topics.name_of(s): s for s in specs}
+        self._kafka = make_kafka_consumer(
+            config, group_id=group_id, from_beginning=from_beginning, max_poll_records=max_batch
+        )
+        self._router = DeadLetterRouter(dead_letters)
+        self._processed: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self.assigned = anyio.Event()
+
+    @property
+    def dead_lettered(self) -> int:
+        return self._router.count
+
+    async def __aenter__(self) -> EventConsumer:
+        await start_consumer(self._kafka)
+        self._kafka.subscribe(list(self._by_name), listener=_CommitOnRevoke(self))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            try:
+                await self._commit(None)
+            finally:
+                await self._kafka.stop()
+
+    async def batches(self, timeout_ms: int = 500) -> AsyncIterator[list[Delivery]]:
+        """Decoded records, a poll at a time. Bad records are dead-lettered here and marked processed."""
+        while True:
+            polled = await self._kafka.getmany(timeout_ms=timeout_ms)
+            batch: list[Delivery] = []
+            for msgs in polled.values():
+                for msg in msgs:
+                    try:
+                        batch.append(decode_message(self._by_name, msg))
+                    except RecordError as e:
+                        await self._router.route(e, msg)
+                        self._mark(TopicPartition(msg.topic, msg.partition), msg.offset)
+            yield batch
+
+    def processed(self, delivery: Delivery) -> None:
+        """Mark ``delivery`` handled; its offset is committed at the next ``commit()``."""
+        self._mark(TopicPartition(delivery.topic, delivery.partition), delivery.offset)
+
+    def _mark(self, tp: TopicPartition, offset: int) -> None:
+        if tp in self._kafka.assignment():  # a mark for a revoked partition is dropped (re-delivered)
+            self._processed[tp] = max(self._processed.get(tp, 0), offset + 1)
+
+    async def commit(self) -> None:
+        await self._commit(None)
+
+    async def _commit(self, only: set[TopicPartition] | None) -> None:
+        due = {
+            tp: OffsetAndMetadata(off, "")
+            for tp, off in self._processed.items()
+            if (only is None or tp in only) and self._committed.get(tp) != off
+        }
+        if due:
+            await self._kafka.commit(due)
+            self._committed.update({tp: om.offset for tp, om in due.items()})
+
+    async def run(
+        self,
+        handler: Callable[[Delivery], Awaitable[None]],
+        *,
+        commit_interval_s: float = 1.0,
+        stop_after: int | None = None,
+    ) -> int:
+        """Handle records one by one until cancelled (or ``stop_after`` records); commit processed offsets
+        every ``commit_interval_s``. Returns the number handled."""
+        handled = 0
+        last_commit = time.monotonic()
+        async for batch in self.batches():
+            for delivery in batch:
+                await handler(delivery)
+                self.processed(delivery)
+                handled += 1
+                if stop_after is not None and handled >= stop_after:
+                    await self.commit()
+                    return handled
+            if time.monotonic() - last_commit >= commit_interval_s:
+                await self.commit()
+                last_commit = time.monotonic()
+        return handled  # pragma: no cover - batches() never ends
+
+
+def headers_dict(headers: Headers) -> dict[str, str]:
+    return {k: v.decode(errors="replace") for k, v in headers}

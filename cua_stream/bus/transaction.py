@@ -1,0 +1,172 @@
+"""Exactly-once consume → transform → produce: the commit protocol, written once.
+
+Each poll is processed as one Kafka transaction:
+
+1. Poll a batch from the source topic (``read_committed``: aborted or open transactions are invisible).
+2. Begin a transaction on the transactional producer.
+3. For each record, in offset order: decode it; an undecodable record becomes a DeadLetter inside the
+   same transaction; a good one goes through ``transform.apply``, whose outputs are sent in the
+   transaction.
+4. Add the batch's next offsets to the transaction for the consumer group (``send_offsets_to_transaction``).
+5. Commit. Outputs and consumed offsets become visible together, or not at all.
+
+If any step fails the transaction is aborted, the consumer seeks back to the group's committed offsets,
+and ``transform.restore`` rebuilds the transform's state from the log, so the retry sees exactly what a
+fresh process would. A crash (even kill -9) at any point has the same effect on restart: the broker
+aborts the open transaction when the same ``transactional_id`` re-registers (fencing the old producer).
+
+Run one processor per ``transactional_id``. aiokafka does not implement KIP-447, so scaling out means
+one instance (and one transactional id) per set of source partitions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+from aiokafka import ConsumerRebalanceListener, TopicPartition
+from anyio.abc import TaskStatus
+
+from cua_stream.bus.codec import Delivery, OutRecord, encode_record
+from cua_stream.bus.consumer import DeadLetterRouter, decode_message, make_kafka_consumer, start_consumer
+from cua_stream.bus.producer import EventProducer
+from cua_stream.config import BusConfig
+from cua_stream.errors import RecordError
+from cua_stream.events import Event
+from cua_stream.topics import DLQ, TopicSpec
+
+log = logging.getLogger(__name__)
+
+
+class Transform(Protocol):
+    """The pure part of a transactional stage, plus the hook that rebuilds its state."""
+
+    def apply(self, delivery: Delivery) -> Sequence[tuple[TopicSpec, Event]]:
+        """Outputs for one input record. May update in-memory state (rolled back by ``restore``)."""
+        ...
+
+    async def restore(self, partitions: frozenset[int]) -> None:
+        """Rebuild state for the given source partitions from committed data (assignment, abort)."""
+        ...
+
+
+@dataclass
+class TransactionStats:
+    consumed: int = 0
+    produced: int = 0
+    dead_lettered: int = 0
+    transactions: int = 0
+    aborts: int = 0
+    by_output_topic: dict[str, int] = field(default_factory=dict)
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, proc: TransactionalProcessor) -> None:
+        self.proc = proc
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        pass  # nothing to flush: every batch is committed (or aborted) before the next poll
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.proc.transform.restore(frozenset(tp.partition for tp in assigned))
+        self.proc.assigned.set()
+
+
+class TransactionalProcessor:
+    def __init__(
+        self,
+        config: BusConfig,
+        *,
+        source: TopicSpec,
+        group_id: str,
+        transactional_id: str,
+        transform: Transform,
+        max_batch: int = 200,
+        max_consecutive_aborts: int = 5,
+    ) -> None:
+        self.config = config
+        self.topics = config.topics()
+        self.source_name = self.topics.name_of(source)
+        self.source = source
+        self.group_id = group_id
+        self.transform = transform
+        self.max_consecutive_aborts = max_consecutive_aborts
+        self.consumer = make_kafka_consumer(config, group_id=group_id, max_poll_records=max_batch)
+        self.producer = EventProducer(config, transactional_id=transactional_id, linger_ms=0)
+        self.stats = TransactionStats()
+        self.assigned = anyio.Event()
+
+    async def run(
+        self, *, stop_after: int | None = None, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Process until cancelled (or until ``stop_after`` records were consumed); ready once assigned."""
+        async with self.producer:
+            await start_consumer(self.consumer)
+            try:
+                self.consumer.subscribe([self.source_name], listener=_Listener(self))
+                started = False
+                aborts_in_a_row = 0
+                while stop_after is None or self.stats.consumed < stop_after:
+                    polled = await self.consumer.getmany(timeout_ms=500)  # step 1
+                    if not started and self.assigned.is_set():
+                        task_status.started()
+                        started = True
+                    if not polled:
+                        continue
+                    try:
+                        await self._transact(polled)
+                        aborts_in_a_row = 0
+                    except RecordError:
+                        raise  # cannot happen: record errors are dead-lettered inside the transaction
+                    except Exception as e:
+                        aborts_in_a_row += 1
+                        self.stats.aborts += 1
+                        log.warning("transaction aborted (%s); rewinding to committed offsets", e)
+                        if aborts_in_a_row >= self.max_consecutive_aborts:
+                            raise
+                        await self._rewind()
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await self.consumer.stop()
+
+    async def _transact(self, polled: dict[TopicPartition, list]) -> None:
+        kafka = self.producer.kafka
+        router = DeadLetterRouter(self.producer)
+        outputs: list[OutRecord] = []
+        offsets: dict[TopicPartition, int] = {}
+        dead = 0
+        for tp, msgs in polled.items():
+            for msg in msgs:
+                try:
+                    delivery = decode_message({self.source_name: self.source}, msg)
+                except RecordError as e:
+                    outputs.append(encode_record(self.topics.name_of(DLQ), DLQ, router.letter(e, msg)))
+                    dead += 1
+                else:
+                    for spec, event in self.transform.apply(delivery):
+                        outputs.append(encode_record(self.topics.name_of(spec), spec, event))
+                offsets[tp] = msg.offset + 1
+        async with kafka.transaction():  # steps 2 and 5 (commit on exit, abort on exception)
+            futures = [await self.producer.send_record(rec) for rec in outputs]  # step 3
+            await kafka.send_offsets_to_transaction(offsets, self.group_id)  # step 4
+        for fut in futures:
+            fut.result()  # committed: every send succeeded; surface any error the future holds
+        self.stats.transactions += 1
+        self.stats.consumed += sum(len(m) for m in polled.values())
+        self.stats.dead_lettered += dead
+        self.stats.produced += len(outputs) - dead
+        for rec in outputs:
+            self.stats.by_output_topic[rec.topic] = self.stats.by_output_topic.get(rec.topic, 0) + 1
+
+    async def _rewind(self) -> None:
+        assignment = self.consumer.assignment()
+        for tp in assignment:
+            committed = await self.consumer.committed(tp)
+            if committed is None:
+                await self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, committed)
+        await self.transform.restore(frozenset(tp.partition for tp in assignment))

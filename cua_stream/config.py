@@ -81,6 +81,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("CUA_CACHE_DIR") or platformdirs.user_cache_dir("cua-stream"))
 
 
+def log_level() -> int:
+    """Logging level from CUA_LOG_LEVEL (name or number); WARNING by default."""
+    import logging
+
+    value = os.environ.get("CUA_LOG_LEVEL", "WARNING")
+    level = logging.getLevelName(value.upper()) if not value.isdigit() else int(value)
+    if not isinstance(level, int):
+        raise ConfigError(f"CUA_LOG_LEVEL: unknown level {value!r}")
+    return level
+
+
 def environ() -> Mapping[str, str]:
     """The process environment, for pure parsers that take a mapping (e.g. the Harbor binding)."""
     return os.environ

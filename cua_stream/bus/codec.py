@@ -19,8 +19,8 @@ class OutRecord:
     """A record ready for the producer."""
 
     topic: str
-    key: bytes
-    value: bytes
+    key: bytes | None
+    value: bytes | None
     headers: list[tuple[str, bytes]]
 
 

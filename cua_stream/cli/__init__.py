@@ -4,8 +4,12 @@ not decide: each builds its daemon's config and hands it to library code."""
 from __future__ import annotations
 
 import importlib
+import logging
+import sys
 
 import typer
+
+from cua_stream.config import log_level
 
 app = typer.Typer(
     name="cua-stream",
@@ -14,13 +18,30 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+
+@app.callback()
+def _root() -> None:
+    """Stream computer-use RL episodes through Kafka: broker, topics, replay, tap, and the daemons."""
+    # A callback keeps the app a command group even when only one subcommand is registered.
+
+
 # name -> "module:attr" of a Typer sub-app, or of a command function (registered under ``name``).
 # Imported lazily so `cua-stream tap` does not pay for torch or Harbor.
-SUBCOMMANDS: dict[str, str] = {}
+SUBCOMMANDS: dict[str, str] = {
+    "broker": "cua_stream.cli.broker:app",
+    "topics": "cua_stream.cli.topics:app",
+    "replay": "cua_stream.cli.replay:replay",
+    "tap": "cua_stream.cli.tap:tap",
+    "demo": "cua_stream.cli.demo:demo",
+}
 
 
-def _register() -> None:
-    for name, target in SUBCOMMANDS.items():
+def _register(argv: list[str]) -> None:
+    # Import only the module of the command being run (all of them for --help), so a light command
+    # never pays for torch, transformers or Harbor.
+    wanted = [argv[0]] if argv and argv[0] in SUBCOMMANDS else list(SUBCOMMANDS)
+    for name in wanted:
+        target = SUBCOMMANDS[name]
         module_name, attr = target.split(":")
         obj = getattr(importlib.import_module(module_name), attr)
         if isinstance(obj, typer.Typer):
@@ -30,5 +51,9 @@ def _register() -> None:
 
 
 def main() -> None:
-    _register()
+    logging.basicConfig(level=log_level(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # aiokafka logs transient metadata races (e.g. right after topic creation) as errors; its real
+    # failures surface as exceptions.
+    logging.getLogger("aiokafka").setLevel(max(log_level(), logging.CRITICAL))
+    _register(sys.argv[1:])
     app()

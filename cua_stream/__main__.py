@@ -1,0 +1,3 @@
+from cua_stream.cli import main
+
+main()

@@ -1,0 +1,68 @@
+"""`cua-stream broker start|stop|status|lock`: the local single-node Kafka (KRaft) broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from cua_stream.broker import BrokerConfig, LocalBroker
+from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.config import build
+
+app = typer.Typer(help="Run a local single-node Apache Kafka broker (KRaft) from Maven Central jars.")
+out = Console(highlight=False)
+
+Home = Annotated[str | None, typer.Option("--home", help="State directory (env CUA_BROKER_HOME).")]
+Port = Annotated[int | None, typer.Option("--port", help="Client port (env CUA_BROKER_PORT; default 9092).")]
+
+
+def _broker(home: str | None, port: int | None, config_file: Path | None, **extra: Any) -> LocalBroker:
+    overrides = {"home": home, "port": port, **extra}
+    return LocalBroker(build(BrokerConfig, "broker", file_data=load_file(config_file), overrides=overrides))
+
+
+@app.command()
+@friendly_errors
+def start(
+    home: Home = None,
+    port: Port = None,
+    config: ConfigFile = None,
+    fresh: Annotated[bool, typer.Option(help="Wipe the broker's data first.")] = False,
+) -> None:
+    """Start the broker (download jars on first use) and wait until it accepts requests."""
+    status = _broker(home, port, config).start(fresh=fresh)
+    out.print(status.describe())
+
+
+@app.command()
+@friendly_errors
+def stop(home: Home = None, port: Port = None, config: ConfigFile = None) -> None:
+    """Stop the broker cleanly."""
+    out.print(_broker(home, port, config).stop().describe())
+
+
+@app.command()
+@friendly_errors
+def status(home: Home = None, port: Port = None, config: ConfigFile = None) -> None:
+    """Say whether the broker runs, where, and where its log is. Exit code 1 when stopped."""
+    st = _broker(home, port, config).status()
+    out.print(st.describe())
+    if not st.running:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly_errors
+def lock(
+    kafka_version: Annotated[str, typer.Option(help="Kafka version to resolve.")],
+    output: Annotated[
+        Path | None, typer.Option(help="Where to write the lock (default: next to the others).")
+    ] = None,
+) -> None:
+    """Resolve a Kafka version's jars with Maven and write their pinned lock file."""
+    from cua_stream.broker.jars import lock_path, write_lock
+
+    out.print(f"wrote {write_lock(kafka_version, output or lock_path(kafka_version))}")

@@ -1,0 +1,192 @@
+"""Follow topics live: one readable line per event (or one JSON object with ``--json``).
+
+The tap is a read-only observer: it joins no consumer group, commits nothing and dead-letters nothing;
+a record it cannot decode is shown as such and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+import msgspec
+from aiokafka import TopicPartition
+from aiokafka.structs import ConsumerRecord
+
+from cua_stream.bus.consumer import decode_message, make_kafka_consumer, partitions_of, start_consumer
+from cua_stream.config import BusConfig
+from cua_stream.errors import RecordError
+from cua_stream.events import (
+    CallRecord,
+    DeadLetter,
+    Discard,
+    Event,
+    OutcomeEvent,
+    PolicyVersion,
+    ScoreEvent,
+    TrainStep,
+    WorkRequest,
+    tag_of,
+    to_builtins,
+)
+from cua_stream.topics import TopicSpec
+
+# ---------------------------------------------------------------------------------------------------
+# Pure parts: filters and line rendering
+
+
+@dataclass(frozen=True)
+class Filter:
+    """``field=value`` clauses: the same field repeated is OR, different fields are AND. A field is
+    looked up in the record headers first (type, run_id, episode_id, policy_version), then on the event."""
+
+    clauses: dict[str, frozenset[str]]
+
+    @classmethod
+    def parse(cls, specs: Sequence[str]) -> Filter:
+        clauses: dict[str, set[str]] = {}
+        for spec in specs:
+            field, sep, value = spec.partition("=")
+            if not sep or not field:
+                raise ValueError(f"bad filter {spec!r}: expected field=value, e.g. type=turn")
+            clauses.setdefault(field.strip(), set()).add(value.strip())
+        return cls({k: frozenset(v) for k, v in clauses.items()})
+
+    def matches(self, headers: dict[str, str], event: Event | None) -> bool:
+        for field, wanted in self.clauses.items():
+            value = headers.get(field)
+            if value is None and event is not None:
+                attr = getattr(event, field, None)
+                value = None if attr is None else str(attr)
+            if value not in wanted:
+                return False
+        return True
+
+
+def _clock(timestamp_ms: int) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(timestamp_ms / 1000)) + f".{timestamp_ms % 1000:03d}"
+
+
+def describe(event: Event) -> str:
+    """The event-specific part of a tap line."""
+    match event:
+        case CallRecord():
+            parent = event.parent_call_id or "root"
+            return (
+                f"ep={event.episode_id} seq={event.seq} {event.kind} call={event.call_id} parent={parent} "
+                f"prompt+={len(event.prompt_ids)} completion={len(event.completion_ids)} "
+                f"images={len(event.images)} finish={event.finish_reason} v={event.policy_version}"
+            )
+        case WorkRequest():
+            return (
+                f"ep={event.episode_id} group={event.group_id} task={event.task.name} "
+                f"sample={event.sample_index + 1}/{event.group_size} v={event.policy_version}"
+            )
+        case OutcomeEvent():
+            exc = f" exception={event.exception.type}@{event.exception.phase}" if event.exception else ""
+            return (
+                f"ep={event.episode_id} task={event.task} rewards={event.rewards} "
+                f"end={event.early_termination_reason}{exc} calls={event.n_calls}"
+            )
+        case ScoreEvent():
+            verdict = event.verdict
+            if isinstance(verdict, Discard):
+                return f"ep={event.episode_id} DISCARD {verdict.reason}"
+            return f"ep={event.episode_id} reward={verdict.value:g} ({verdict.reason})"
+        case PolicyVersion():
+            return f"v={event.version} step={event.step} weights={event.weights_path}"
+        case TrainStep():
+            return (
+                f"step={event.step} v={event.policy_version} groups={event.n_groups} "
+                f"episodes={event.n_episodes} samples={event.n_samples} loss={event.loss:.4f}"
+            )
+        case DeadLetter():
+            return (
+                f"{event.reason} from {event.source_topic}[{event.partition}]@{event.offset}: {event.error}"
+            )
+    return ""  # pragma: no cover - every record type is matched above
+
+
+def render_line(msg: ConsumerRecord, event: Event | None, error: str | None) -> str:
+    where = f"{_clock(msg.timestamp)} {msg.topic}[{msg.partition}]@{msg.offset}"
+    if event is None:
+        return f"{where} !undecodable: {error}"
+    return f"{where} {tag_of(event)} {describe(event)}"
+
+
+def render_json(msg: ConsumerRecord, event: Event | None, error: str | None) -> str:
+    doc = {
+        "topic": msg.topic,
+        "partition": msg.partition,
+        "offset": msg.offset,
+        "timestamp_ms": msg.timestamp,
+        "headers": {k: v.decode(errors="replace") for k, v in (msg.headers or ())},
+        "event": to_builtins(event) if event is not None else None,
+    }
+    if error is not None:
+        doc["error"] = error
+    return json.dumps(doc, separators=(",", ":"))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The follower
+
+
+async def follow(
+    config: BusConfig,
+    specs: Sequence[TopicSpec],
+    *,
+    emit: Callable[[str], None],
+    where: Filter = Filter({}),
+    as_json: bool = False,
+    from_beginning: bool = False,
+    count: int | None = None,
+    idle_timeout_s: float | None = None,
+) -> int:
+    """Print matching events from ``specs`` until cancelled, ``count`` lines, or ``idle_timeout_s`` of
+    silence. Returns the number of lines emitted."""
+    topics = config.topics()
+    by_name = {topics.name_of(s): s for s in specs}
+    consumer = make_kafka_consumer(config, group_id=None, from_beginning=from_beginning)
+    await start_consumer(consumer)
+    emitted = 0
+    try:
+        tps = [TopicPartition(name, p) for name in by_name for p in await partitions_of(consumer, name)]
+        if not tps:
+            raise LookupError(f"none of {sorted(by_name)} exist; run `cua-stream topics create` first")
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        last_seen = time.monotonic()
+        while count is None or emitted < count:
+            polled = await consumer.getmany(timeout_ms=250)
+            if polled:
+                last_seen = time.monotonic()
+            elif idle_timeout_s is not None and time.monotonic() - last_seen > idle_timeout_s:
+                break
+            for msgs in polled.values():
+                for msg in msgs:
+                    event, error = _decode(by_name, msg)
+                    headers = {k: v.decode(errors="replace") for k, v in (msg.headers or ())}
+                    if not where.matches(headers, event):
+                        continue
+                    emit((render_json if as_json else render_line)(msg, event, error))
+                    emitted += 1
+                    if count is not None and emitted >= count:
+                        return emitted
+    finally:
+        with anyio.CancelScope(shield=True):
+            await consumer.stop()
+    return emitted
+
+
+def _decode(by_name: dict[str, TopicSpec], msg: ConsumerRecord) -> tuple[Event | None, str | None]:
+    try:
+        return decode_message(by_name, msg).event, None
+    except (RecordError, msgspec.DecodeError) as e:
+        return None, str(e)

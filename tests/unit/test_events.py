@@ -1,0 +1,141 @@
+"""The event contract: round trips, the union's shape, headers and keys, schema evolution."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import msgspec
+import pytest
+
+import cua_stream
+from cua_stream import events
+from cua_stream.events import (
+    RECORD_TYPES,
+    SCHEMA,
+    Event,
+    Logprobs,
+    TokenIds,
+    TurnEvent,
+    decode,
+    encode,
+    from_json,
+    headers_for,
+    key_for,
+    to_json,
+)
+from tests.unit.samples import SAMPLES
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_msgpack_and_json_round_trip(name: str) -> None:
+    event = SAMPLES[name]
+    assert decode(encode(event)) == event
+    assert from_json(to_json(event)) == event
+
+
+def test_every_record_type_has_a_sample_and_a_golden_file() -> None:
+    tags = {events.tag_of(t) for t in RECORD_TYPES}
+    assert tags <= {events.tag_of(e) for e in SAMPLES.values()}
+    assert tags <= {
+        events.tag_of(events.decode((GOLDEN / "v1" / f"{n}.msgpack").read_bytes())) for n in SAMPLES
+    }
+
+
+def test_union_is_frozen_kw_only_and_uniquely_tagged() -> None:
+    tags = [t.__struct_config__.tag for t in RECORD_TYPES]
+    assert len(tags) == len(set(tags)) and all(tags)
+    for t in RECORD_TYPES:
+        cfg = t.__struct_config__
+        params = inspect.signature(t).parameters.values()
+        assert cfg.frozen and cfg.tag_field == "type", t
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params), t
+        assert issubclass(t, Event)
+
+
+def test_no_other_module_defines_wire_structs() -> None:
+    """Principle 1: records (subclasses of events.Event) are defined in cua_stream/events.py only."""
+    root = Path(cua_stream.__file__).parent
+    for path in root.rglob("*.py"):
+        if path.name == "events.py" and path.parent == root:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(b) for b in node.bases}
+                assert not bases & {"Event", "EpisodeEvent", "CallRecord", "events.Event"}, (
+                    f"{path}:{node.name}"
+                )
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_golden_bytes_from_v1_still_decode_to_the_same_values(name: str) -> None:
+    assert decode((GOLDEN / "v1" / f"{name}.msgpack").read_bytes()) == SAMPLES[name]
+
+
+def test_an_older_reader_ignores_a_new_optional_field() -> None:
+    class TurnEventV2(TurnEvent, frozen=True, kw_only=True, tag="turn"):
+        """A future writer that added a field (with a default, per rule 1)."""
+
+        reasoning_ids: list[int] = []
+
+    newer = msgspec.msgpack.Encoder(enc_hook=lambda a: a.tobytes())
+    fields = {f: getattr(SAMPLES["turn"], f) for f in TurnEvent.__struct_fields__}
+    data = newer.encode(TurnEventV2(**fields, reasoning_ids=[1, 2, 3]))
+    assert b"reasoning_ids" in data
+    assert decode(data) == SAMPLES["turn"]  # today's reader: the new field is ignored
+
+
+def test_a_newer_reader_fills_defaults_for_fields_an_older_writer_lacked() -> None:
+    full = msgspec.to_builtins(SAMPLES["summary"], enc_hook=lambda a: a.tobytes(), builtin_types=(bytes,))
+    old = msgspec.msgpack.encode(
+        {k: v for k, v in full.items() if k not in ("engine_ms", "gateway_ms", "images")}
+    )
+    back = decode(old)
+    assert (
+        back.engine_ms == 0.0
+        and back.images == ()
+        and back.completion_ids == SAMPLES["summary"].completion_ids
+    )
+
+
+def test_unknown_tag_and_garbage_fail_to_decode() -> None:
+    with pytest.raises(msgspec.ValidationError):
+        decode(msgspec.msgpack.encode({"type": "nope", "run_id": "r"}))
+    with pytest.raises(msgspec.DecodeError):
+        decode(b"\xc1")
+
+
+def test_packed_arrays_keep_values_and_are_compact() -> None:
+    ids = TokenIds(range(2000))
+    lps = Logprobs([-0.5] * 2000)
+    turn = msgspec.structs.replace(SAMPLES["turn"], prompt_ids=ids, completion_logprobs=lps)
+    data = encode(turn)
+    assert len(data) < 2000 * 4 + 2000 * 8 + 1024
+    back = decode(data)
+    assert list(back.prompt_ids) == list(range(2000)) and back.completion_logprobs.tolist() == [-0.5] * 2000
+    assert isinstance(back.prompt_ids, TokenIds) and isinstance(back.completion_logprobs, Logprobs)
+    with pytest.raises(OverflowError):
+        TokenIds([2**31])
+
+
+def test_headers_route_without_decoding() -> None:
+    h = dict(headers_for(SAMPLES["turn"]))
+    assert h == {
+        "schema": SCHEMA.encode(),
+        "type": b"turn",
+        "run_id": b"run-7",
+        "episode_id": b"ep-3-1",
+        "policy_version": b"4",
+    }
+    assert dict(headers_for(SAMPLES["policy_version"]))["policy_version"] == b"5"
+    assert "episode_id" not in dict(headers_for(SAMPLES["train_step"]))
+
+
+def test_keys_co_partition_a_group() -> None:
+    for name in ("work_request", "turn", "summary", "outcome", "score"):
+        assert key_for(SAMPLES[name]) == b"grp-3"
+    assert key_for(SAMPLES["policy_version"]) == b"run-7"
+    assert key_for(SAMPLES["dead_letter"]) == b"grp-3"  # the original record's key

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Annotated
 
@@ -57,7 +58,5 @@ def tap(
             idle_timeout_s=idle_timeout,
         )
 
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         anyio.run(go)
-    except KeyboardInterrupt:
-        pass

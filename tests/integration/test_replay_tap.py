@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
 
@@ -17,6 +18,8 @@ from cua_stream.bus.reader import read_raw
 from cua_stream.config import BusConfig
 from cua_stream.events import CallKind, Discard, Logprobs, Reward, ScoreEvent, TokenIds, TurnEvent, decode
 from cua_stream.replay import read_file
+from cua_stream.topics import SCORES
+from cua_stream.topics import TURNS as TURNS_SPEC
 
 pytestmark = [pytest.mark.kafka]
 
@@ -56,10 +59,6 @@ async def _publish_mixed(bus: BusConfig) -> None:
         await raw.stop()
         for i in range(6, 12):
             await producer.publish(TURNS_SPEC, turn(i))
-
-
-from cua_stream.topics import SCORES  # noqa: E402
-from cua_stream.topics import TURNS as TURNS_SPEC
 
 
 async def _raw(bus: BusConfig, topic: str) -> list[tuple[int, int, bytes | None, bytes | None, list]]:
@@ -117,9 +116,9 @@ async def test_replay_by_time(bus_config: BusConfig, tmp_path: Path) -> None:
     async with EventProducer(bus_config) as producer:
         for i in range(3):
             await producer.publish(TURNS_SPEC, turn(i))
-        time.sleep(0.05)
+        await anyio.sleep(0.05)
         cut = int(time.time() * 1000)
-        time.sleep(0.05)
+        await anyio.sleep(0.05)
         for i in range(3, 6):
             await producer.publish(TURNS_SPEC, turn(i))
     res = cli(bus_config, "replay", "-t", "turns", "--from", f"@{cut}", "-o", str(tmp_path / "late.jsonl"))

@@ -79,11 +79,11 @@ def test_an_older_reader_ignores_a_new_optional_field() -> None:
     class TurnEventV2(TurnEvent, frozen=True, kw_only=True, tag="turn"):
         """A future writer that added a field (with a default, per rule 1)."""
 
-        reasoning_ids: list[int] = []
+        reasoning_ids: tuple[int, ...] = ()
 
     newer = msgspec.msgpack.Encoder(enc_hook=lambda a: a.tobytes())
     fields = {f: getattr(SAMPLES["turn"], f) for f in TurnEvent.__struct_fields__}
-    data = newer.encode(TurnEventV2(**fields, reasoning_ids=[1, 2, 3]))
+    data = newer.encode(TurnEventV2(**fields, reasoning_ids=(1, 2, 3)))
     assert b"reasoning_ids" in data
     assert decode(data) == SAMPLES["turn"]  # today's reader: the new field is ignored
 

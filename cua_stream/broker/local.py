@@ -156,6 +156,8 @@ class LocalBroker:
             f"-Xms{min(256, self.config.heap_mb)}m",
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
+            # Keep logging alive until Kafka's own shutdown hook has finished (its last lines matter).
+            "-Dlog4j2.shutdownHookEnabled=false",
             f"-Dlog4j2.configurationFile={self.home / 'log4j2.properties'}",
             f"-Dkafka.logs.dir={self.home / 'logs'}",
             "-cp",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import anyio
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
@@ -72,7 +73,20 @@ class TopicAdmin:
                 created.append(name)
             elif code != TopicAlreadyExistsError.errno:  # a concurrent creator won the race: fine
                 raise RuntimeError(f"creating topic {name}: Kafka error code {code}")
+        await self._wait_for_leaders([t.name for t in new])
         return created
+
+    async def _wait_for_leaders(self, names: list[str], timeout_s: float = 30.0) -> None:
+        """Return once every partition of ``names`` has a leader, so the first produce does not bounce
+        off NotLeaderForPartition while the controller is still electing."""
+        with anyio.fail_after(timeout_s):
+            while True:
+                described = await self._admin.describe_topics(names)
+                if all(p["leader"] >= 0 for t in described for p in t["partitions"]) and all(
+                    t["partitions"] for t in described
+                ):
+                    return
+                await anyio.sleep(0.1)
 
     async def describe(self, specs: tuple[TopicSpec, ...] = ALL) -> list[TopicState]:
         names = {self.topics.name_of(s): s for s in specs}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 import anyio.lowlevel
@@ -32,6 +33,7 @@ def make_kafka_consumer(
     from_beginning: bool = True,
     read_committed: bool = True,
     max_poll_records: int = 500,
+    **kafka_options: Any,
 ) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         bootstrap_servers=config.bootstrap_servers,
@@ -42,6 +44,7 @@ def make_kafka_consumer(
         isolation_level="read_committed" if read_committed else "read_uncommitted",
         max_poll_records=max_poll_records,
         request_timeout_ms=config.request_timeout_ms,
+        **kafka_options,
     )
 
 

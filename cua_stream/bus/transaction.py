@@ -22,9 +22,9 @@ one instance (and one transactional id) per set of source partitions.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 from aiokafka import ConsumerRebalanceListener, TopicPartition
@@ -51,6 +51,14 @@ class Transform(Protocol):
     async def restore(self, partitions: frozenset[int]) -> None:
         """Rebuild state for the given source partitions from committed data (assignment, abort)."""
         ...
+
+
+@runtime_checkable
+class CommitAware(Protocol):
+    """Optional extra of a Transform: told after each commit, so it can publish what ``apply`` staged
+    (e.g. metrics) only once it is durable. Detected with ``isinstance``."""
+
+    def committed(self) -> None: ...
 
 
 @dataclass
@@ -86,6 +94,7 @@ class TransactionalProcessor:
         transform: Transform,
         max_batch: int = 200,
         max_consecutive_aborts: int = 5,
+        consumer_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = config
         self.topics = config.topics()
@@ -94,22 +103,31 @@ class TransactionalProcessor:
         self.group_id = group_id
         self.transform = transform
         self.max_consecutive_aborts = max_consecutive_aborts
-        self.consumer = make_kafka_consumer(config, group_id=group_id, max_poll_records=max_batch)
+        self.consumer = make_kafka_consumer(
+            config, group_id=group_id, max_poll_records=max_batch, **(consumer_options or {})
+        )
         self.producer = EventProducer(config, transactional_id=transactional_id, linger_ms=0)
         self.stats = TransactionStats()
         self.assigned = anyio.Event()
 
     async def run(
-        self, *, stop_after: int | None = None, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        *,
+        stop_after: int | None = None,
+        stop: anyio.Event | None = None,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Process until cancelled (or until ``stop_after`` records were consumed); ready once assigned."""
+        """Process until cancelled, until ``stop`` is set (the batch in hand is committed first: the
+        graceful way out), or until ``stop_after`` records were consumed; ready once assigned."""
         async with self.producer:
             await start_consumer(self.consumer)
             try:
                 self.consumer.subscribe([self.source_name], listener=_Listener(self))
                 started = False
                 aborts_in_a_row = 0
-                while stop_after is None or self.stats.consumed < stop_after:
+                while (stop_after is None or self.stats.consumed < stop_after) and not (
+                    stop is not None and stop.is_set()
+                ):
                     polled = await self.consumer.getmany(timeout_ms=500)  # step 1
                     if not started and self.assigned.is_set():
                         task_status.started()
@@ -154,6 +172,8 @@ class TransactionalProcessor:
             await kafka.send_offsets_to_transaction(offsets, self.group_id)  # step 4
         for fut in futures:
             fut.result()  # committed: every send succeeded; surface any error the future holds
+        if isinstance(self.transform, CommitAware):
+            self.transform.committed()
         self.stats.transactions += 1
         self.stats.consumed += sum(len(m) for m in polled.values())
         self.stats.dead_lettered += dead

@@ -26,7 +26,7 @@ def test_start_status_stop_and_cache_reuse(tmp_path: Path) -> None:
         port = free_port()
     res = broker("start", home=home, port=port)
     assert res.returncode == 0, res.stderr
-    assert f"running" in res.stdout and f"127.0.0.1:{port}" in res.stdout
+    assert "running" in res.stdout and f"127.0.0.1:{port}" in res.stdout
     libs = cache_dir() / "kafka" / "4.1.1" / "libs"
     mtimes = {p.name: p.stat().st_mtime_ns for p in libs.iterdir()}
     try:

@@ -177,3 +177,14 @@ async def test_tap_prints_events_one_line_each(bus_config: BusConfig) -> None:
     assert res.returncode == 0, res.stderr
     docs = [json.loads(x) for x in res.stdout.splitlines()]
     assert len(docs) == 1 and docs[0]["event"]["verdict"] == {"verdict": "discard", "reason": "sandbox_lost"}
+
+
+def test_topics_create_is_idempotent_and_describe_matches_the_registry(kafka_bootstrap: str) -> None:
+    bus = BusConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=f"cli-{os.getpid()}-{time.time_ns()}")
+    first = cli(bus, "topics", "create")
+    assert first.returncode == 0 and "created 8 topic(s)" in first.stdout, first.stderr
+    again = cli(bus, "topics", "create")
+    assert again.returncode == 0 and "created 0 topic(s) (all existed)" in again.stdout
+    described = cli(bus, "topics", "describe")
+    assert described.returncode == 0, described.stdout
+    assert described.stdout.count("ok") == 8 and "compact" in described.stdout

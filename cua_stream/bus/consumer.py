@@ -21,6 +21,7 @@ from cua_stream.bus.codec import Delivery, Headers, dead_letter, decode_record
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
+from cua_stream.events import DeadLetter
 from cua_stream.topics import DLQ, TopicSpec
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class DeadLetterRouter:
         self.producer = producer
         self.count = 0
 
-    def letter(self, error: RecordError, msg: ConsumerRecord):  # -> DeadLetter
+    def letter(self, error: RecordError, msg: ConsumerRecord) -> DeadLetter:
         return dead_letter(
             error,
             topic=msg.topic,

@@ -137,8 +137,6 @@ class TransactionalProcessor:
                     try:
                         await self._transact(polled)
                         aborts_in_a_row = 0
-                    except RecordError:
-                        raise  # cannot happen: record errors are dead-lettered inside the transaction
                     except Exception as e:
                         aborts_in_a_row += 1
                         self.stats.aborts += 1

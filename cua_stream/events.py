@@ -121,6 +121,8 @@ class DiscardReason(enum.StrEnum):
     SANDBOX_LOST = "sandbox_lost"
     SERVER_UNAVAILABLE = "server_unavailable"
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"
+    ABANDONED = "abandoned"
+    """The trial was cancelled (producer shutdown or abandonment) before it ended."""
 
 
 class TaskRef(msgspec.Struct, frozen=True, kw_only=True):

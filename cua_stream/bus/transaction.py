@@ -12,7 +12,9 @@ Each poll is processed as one Kafka transaction:
 
 If any step fails the transaction is aborted, the consumer seeks back to the group's committed offsets,
 and ``transform.restore`` rebuilds the transform's state from the log, so the retry sees exactly what a
-fresh process would. A crash (even kill -9) at any point has the same effect on restart: the broker
+fresh process would. The same rewind + restore runs in the loop before the first record of every new
+assignment is applied (not in the rebalance callback, which aiokafka may still be running when the
+first records of the new partitions are polled, and whose exceptions it swallows). A crash (even kill -9) at any point has the same effect on restart: the broker
 aborts the open transaction when the same ``transactional_id`` re-registers (fencing the old producer).
 
 Run one processor per ``transactional_id``. aiokafka does not implement KIP-447, so scaling out means
@@ -79,8 +81,10 @@ class _Listener(ConsumerRebalanceListener):
         pass  # nothing to flush: every batch is committed (or aborted) before the next poll
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        await self.proc.transform.restore(frozenset(tp.partition for tp in assigned))
-        self.proc.assigned.set()
+        # Nothing here: the processing loop restores (see ``_restore_if_reassigned``). aiokafka updates the
+        # assignment before it awaits this callback, so a poll can hand out records of the new partitions
+        # while the callback still runs, and it logs and swallows whatever the callback raises.
+        pass
 
 
 class TransactionalProcessor:
@@ -109,6 +113,7 @@ class TransactionalProcessor:
         self.producer = EventProducer(config, transactional_id=transactional_id, linger_ms=0)
         self.stats = TransactionStats()
         self.assigned = anyio.Event()
+        self._restored_for: frozenset[TopicPartition] | None = None
 
     async def run(
         self,
@@ -129,6 +134,15 @@ class TransactionalProcessor:
                     stop is not None and stop.is_set()
                 ):
                     polled = await self.consumer.getmany(timeout_ms=500)  # step 1
+                    try:
+                        if await self._restore_if_reassigned():
+                            continue  # what was polled is fetched again from the committed offsets
+                    except Exception as e:
+                        aborts_in_a_row += 1
+                        log.warning("state restore failed (%s); retrying", e)
+                        if aborts_in_a_row >= self.max_consecutive_aborts:
+                            raise
+                        continue
                     if not started and self.assigned.is_set():
                         task_status.started()
                         started = True
@@ -143,7 +157,7 @@ class TransactionalProcessor:
                         log.warning("transaction aborted (%s); rewinding to committed offsets", e)
                         if aborts_in_a_row >= self.max_consecutive_aborts:
                             raise
-                        await self._rewind()
+                        self._restored_for = None  # the next poll rewinds and restores first
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.consumer.stop()
@@ -179,8 +193,19 @@ class TransactionalProcessor:
         for rec in outputs:
             self.stats.by_output_topic[rec.topic] = self.stats.by_output_topic.get(rec.topic, 0) + 1
 
+    async def _restore_if_reassigned(self) -> bool:
+        """Before the first record of a new assignment is applied: rewind to the committed offsets and
+        restore the transform for it. True when it did (the poll in hand predates the restore)."""
+        assignment = frozenset(self.consumer.assignment())
+        if assignment == self._restored_for or not assignment:
+            return False
+        await self._rewind()
+        self.assigned.set()
+        return True
+
     async def _rewind(self) -> None:
-        assignment = self.consumer.assignment()
+        self._restored_for = None  # until restore succeeds, the next poll restores again
+        assignment = frozenset(self.consumer.assignment())
         for tp in assignment:
             committed = await self.consumer.committed(tp)
             if committed is None:
@@ -188,3 +213,4 @@ class TransactionalProcessor:
             else:
                 self.consumer.seek(tp, committed)
         await self.transform.restore(frozenset(tp.partition for tp in assignment))
+        self._restored_for = assignment

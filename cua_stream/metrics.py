@@ -1,0 +1,118 @@
+"""A tiny Prometheus registry: labelled counters and gauges, rendered as the text exposition format,
+and an optional ``/metrics`` endpoint. Enough for a daemon to be scraped; no client library needed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream, TaskStatus
+
+LabelValues = tuple[str, ...]
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metric:
+    """One metric family: a name, a help line, label names, and a value per label combination."""
+
+    kind: Literal["counter", "gauge"]
+
+    def __init__(self, name: str, help: str, labels: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.help = help
+        self.labels = labels
+        self._values: dict[LabelValues, float] = {}
+
+    def _key(self, labels: dict[str, str]) -> LabelValues:
+        if set(labels) != set(self.labels):
+            raise ValueError(f"{self.name}: expected labels {self.labels}, got {tuple(labels)}")
+        return tuple(str(labels[n]) for n in self.labels)
+
+    def value(self, **labels: str) -> float:
+        return self._values.get(self._key(labels), 0.0)
+
+    def samples(self) -> dict[LabelValues, float]:
+        return dict(self._values)
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for key, value in sorted(self._values.items()):
+            pairs = ",".join(f'{n}="{_escape(v)}"' for n, v in zip(self.labels, key, strict=True))
+            lines.append(f"{self.name}{{{pairs}}} {value:g}" if pairs else f"{self.name} {value:g}")
+        if not self._values and not self.labels:
+            lines.append(f"{self.name} 0")
+        return lines
+
+
+class Counter(Metric):
+    kind = "counter"
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        if amount < 0:
+            raise ValueError(f"{self.name}: a counter only goes up (got {amount})")
+        key = self._key(labels)
+        self._values[key] = self._values.get(key, 0.0) + amount
+
+
+class Gauge(Metric):
+    kind = "gauge"
+
+    def set(self, value: float, **labels: str) -> None:
+        self._values[self._key(labels)] = value
+
+
+class Registry:
+    """The metrics of one process, rendered in registration order."""
+
+    def __init__(self) -> None:
+        self._metrics: dict[str, Metric] = {}
+
+    def _add[M: Metric](self, metric: M) -> M:
+        if metric.name in self._metrics:
+            raise ValueError(f"metric {metric.name!r} registered twice")
+        self._metrics[metric.name] = metric
+        return metric
+
+    def counter(self, name: str, help: str, labels: tuple[str, ...] = ()) -> Counter:
+        return self._add(Counter(name, help, labels))
+
+    def gauge(self, name: str, help: str, labels: tuple[str, ...] = ()) -> Gauge:
+        return self._add(Gauge(name, help, labels))
+
+    def render(self) -> str:
+        return "".join(line + "\n" for m in self._metrics.values() for line in m.render())
+
+
+async def serve_metrics(
+    render: Callable[[], str],
+    host: str,
+    port: int,
+    *,
+    task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Answer every HTTP request with ``render()`` as Prometheus text; reports the bound port."""
+
+    async def answer(stream: SocketStream) -> None:
+        async with stream:
+            with anyio.move_on_after(5):  # a client that never finishes its request gets nothing
+                request = b""
+                try:
+                    while b"\r\n\r\n" not in request and len(request) < 65536:
+                        request += await stream.receive()
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    return
+                body = render().encode()
+                head = (
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                )
+                await stream.send(head.encode() + body)
+
+    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    async with listener:
+        task_status.started(listener.extra(SocketAttribute.local_port))
+        await listener.serve(answer)

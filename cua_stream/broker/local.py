@@ -133,9 +133,16 @@ class LocalBroker:
     def status(self) -> BrokerStatus:
         pid = self._pid()
         running = pid is not None and _alive(pid)
-        return BrokerStatus(
-            running, pid if running else None, self.config.bootstrap_servers, self.home, self.log
-        )
+        return BrokerStatus(running, pid if running else None, self._bootstrap(), self.home, self.log)
+
+    def _bootstrap(self) -> str:
+        # The address this home's broker was started with (a later `stop` may not repeat --port).
+        props = self.home / "server.properties"
+        if props.exists():
+            m = re.search(r"^advertised\.listeners=PLAINTEXT://(\S+)$", props.read_text(), re.MULTILINE)
+            if m:
+                return m.group(1)
+        return self.config.bootstrap_servers
 
     # -- steps --------------------------------------------------------------------------------------
 

@@ -1,0 +1,113 @@
+"""``Qwen3VLComputer1``: Harbor's computer-1 agent, adapted to a Qwen3-VL policy behind a session gateway.
+
+It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, and changes four things:
+
+1. Coordinates: the model answers on Qwen3-VL's normalized 0..999 grid. The provider marks every parsed
+   action as ``CoordinateSpace.NORMALIZED_0_999`` so Harbor's runtime maps it to desktop pixels, and the
+   prompt says so (``coordinates.normalized_prompt``).
+2. Screenshots: every screenshot passes through ``_screenshot_ref``, Harbor's single point where a
+   capture becomes a data URL (initial, follow-up, post-compaction and fallback images alike); it is
+   resized there to Qwen3-VL's 32-pixel grid under a pixel cap (``screenshots.fit_data_url``).
+3. Markers: compactor summaries and the final-answer fallback carry a ``cua_call_kind`` marker
+   (``markers``, ``session_llm``), so the gateway can tell them from agent turns; and the per-turn debug
+   logs lose the session key Harbor would otherwise write there.
+4. Name: trajectories and ``agent_info`` say ``qwen3vl-computer-1``, not ``computer-1``.
+
+Build it with ``AgentConfig(name=None, import_path=...)`` (see ``computer1.QWEN3VL_IMPORT_PATH``): Harbor
+builds its own registered class whenever the config names a registered agent, import path or not.
+"""
+
+from __future__ import annotations
+
+from typing import Any, override
+
+import anyio.to_thread
+from harbor.agents.computer_1.computer_1 import Computer1, Computer1Options
+from harbor.agents.computer_1.providers.base import ModelStep
+from harbor.agents.computer_1.providers.generic import GenericJsonProvider
+from harbor.agents.computer_1.runtime import CoordinateSpace
+from harbor.llms.base import LLMResponse
+from pydantic import Field
+
+from cua_stream.binding.coordinates import normalized_prompt
+from cua_stream.binding.markers import MarkingCompactor, marking
+from cua_stream.binding.screenshots import DEFAULT_MAX_PIXELS, MIN_PIXELS, fit_data_url
+from cua_stream.binding.session_llm import SessionLLM
+from cua_stream.events import CallKind
+
+AGENT_NAME = "qwen3vl-computer-1"
+
+
+class Qwen3VLComputer1Options(Computer1Options):
+    """Computer-1's options plus the screenshot budget (Harbor forbids unknown options)."""
+
+    screenshot_max_pixels: int = Field(
+        default=DEFAULT_MAX_PIXELS,
+        ge=MIN_PIXELS,
+        description="Pixel cap of each screenshot sent to the model (sides are multiples of 32).",
+    )
+
+
+class Qwen3VLJsonProvider(GenericJsonProvider):
+    """Harbor's strict-JSON dialect with coordinates on the normalized 0..999 grid."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._prompt_template = normalized_prompt(self._prompt_template)
+
+    @override
+    def parse(self, llm_response: LLMResponse) -> ModelStep:
+        step = super().parse(llm_response)
+        if step.action is not None:
+            # The runtime maps x/y, end_x/end_y and zoom_region of such actions to desktop pixels.
+            step.action.source = CoordinateSpace.NORMALIZED_0_999.value
+        return step
+
+
+class Qwen3VLComputer1(Computer1):
+    """computer-1 for a Qwen3-VL policy: normalized coordinates, grid-sized screenshots, marked calls."""
+
+    options_model = Qwen3VLComputer1Options
+    options: Qwen3VLComputer1Options
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self._provider_name != "litellm" or self._llm is None:
+            raise ValueError(
+                f"{AGENT_NAME} runs on computer-1's generic JSON harness only; pass provider='litellm' "
+                f"(got provider {self._provider_name!r})"
+            )
+        # Every LLM request of this agent goes through the session view (agent loop, fallback, and the
+        # compactor, which is rebuilt around it with the same wiring Computer1.__init__ gave the stock one).
+        self._llm = SessionLLM(self._llm)
+        self._compactor = MarkingCompactor(
+            self._llm,  # type: ignore[arg-type]  # duck-typed LiteLLM
+            self._model_name,
+            self.logger,
+            self._build_fresh_prompt_after_compaction,
+            self._recorder.record_context_compaction,
+            self._PROACTIVE_COMPACTION_FREE_TOKENS,
+            self._UNWIND_TARGET_FREE_TOKENS,
+        )
+
+    @staticmethod
+    @override
+    def name() -> str:
+        return AGENT_NAME
+
+    @override
+    def _build_provider(self) -> Qwen3VLJsonProvider:
+        return Qwen3VLJsonProvider.from_agent(self)
+
+    @override
+    async def _screenshot_ref(self, path: str) -> str:
+        ref = await super()._screenshot_ref(path)
+        # Decode + resize + encode of a desktop-sized image takes tens of ms: keep it off the event loop.
+        return await anyio.to_thread.run_sync(
+            lambda: fit_data_url(ref, max_pixels=self.options.screenshot_max_pixels)
+        )
+
+    @override
+    async def _litellm_extract_text_fallback(self, instruction: str) -> str:
+        with marking(CallKind.FINAL_ANSWER):
+            return await super()._litellm_extract_text_fallback(instruction)

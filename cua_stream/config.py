@@ -139,9 +139,16 @@ def build[T: msgspec.Struct](
     merged.update(_env_overrides(section, cls, os.environ if env is None else env))
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
     try:
-        return msgspec.convert(merged, cls, strict=False)
+        return msgspec.convert(merged, cls, strict=False, dec_hook=_dec_hook)
     except msgspec.ValidationError as e:
         raise ConfigError(_name_field(section, str(e))) from None
+
+
+def _dec_hook(typ: type, obj: Any) -> Any:
+    # msgspec does not build str subclasses by itself; config fields typed ``Secret`` need this.
+    if typ is Secret and isinstance(obj, str):
+        return Secret(obj)
+    raise NotImplementedError(f"cannot build {typ.__name__} from {type(obj).__name__}")
 
 
 def _name_field(section: str, message: str) -> str:

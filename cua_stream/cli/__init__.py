@@ -33,6 +33,10 @@ SUBCOMMANDS: dict[str, str] = {
     "replay": "cua_stream.cli.replay:replay",
     "tap": "cua_stream.cli.tap:tap",
     "demo": "cua_stream.cli.demo:demo",
+    "scorer": "cua_stream.cli.scorer:scorer",
+    "engine": "cua_stream.cli.engine:engine",
+    "gateway": "cua_stream.cli.gateway:gateway",
+    "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",
 }
 
 

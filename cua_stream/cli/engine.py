@@ -1,0 +1,47 @@
+"""`cua-stream engine`: the CPU reference engine (SGLang's native API over a transformers Qwen3-VL)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+
+
+@friendly_errors
+def engine(
+    model_path: Annotated[str | None, typer.Argument(help="Saved Qwen3-VL model directory.")] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default 30000).")] = None,
+    weight_version: Annotated[str | None, typer.Option(help="Version label of the weights at start.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Base of per-request sampling seeds.")] = None,
+    debug_history: Annotated[
+        int | None, typer.Option(help="Keep the last N requests at GET /debug/requests.")
+    ] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Serve /generate, /update_weights_from_disk, /pause_generation, /continue_generation, /health and
+    /get_model_info over a transformers model (the "engine" section of --config)."""
+    from cua_stream.config import build
+    from cua_stream.engine.config import EngineConfig
+
+    cfg = build(
+        EngineConfig,
+        "engine",
+        file_data=load_file(config),
+        overrides={
+            "model_path": model_path,
+            "host": host,
+            "port": port,
+            "weight_version": weight_version,
+            "seed": seed,
+            "debug_history": debug_history,
+        },
+    )
+    from cua_stream.engine.server import build_server
+
+    server = build_server(cfg)
+    print(f"engine ready: {cfg.model_path} on http://{cfg.host}:{cfg.port}", file=sys.stderr, flush=True)
+    server.run()

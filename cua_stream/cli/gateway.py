@@ -1,0 +1,51 @@
+"""`cua-stream gateway`: the session gateway (token-in/token-out) in front of an engine."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+
+
+@friendly_errors
+def gateway(
+    model_path: Annotated[
+        str | None, typer.Option(help="Directory of the served model's processor and tokenizer.")
+    ] = None,
+    engine_url: Annotated[
+        str | None, typer.Option(help="Engine base URL (SGLang or cua-stream engine).")
+    ] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default 8000).")] = None,
+    blob_dir: Annotated[str | None, typer.Option(help="Screenshot blob store directory.")] = None,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """Serve per-episode sessions with an OpenAI chat-completions endpoint; record every call to Kafka
+    (the "gateway" section of --config; the API key comes from the file or CUA_GATEWAY_API_KEY)."""
+    from cua_stream.config import build
+    from cua_stream.gateway.config import GatewayConfig
+
+    file_data = load_file(config)
+    cfg = build(
+        GatewayConfig,
+        "gateway",
+        file_data=file_data,
+        overrides={
+            "model_path": model_path,
+            "engine_url": engine_url,
+            "host": host,
+            "port": port,
+            "blob_dir": blob_dir,
+        },
+    )
+    bus = make_bus(bootstrap, prefix, config)
+    from cua_stream.gateway.server import build_server
+
+    server = build_server(cfg, bus)
+    print(f"gateway ready on http://{cfg.host}:{cfg.port} -> {cfg.engine_url}", file=sys.stderr, flush=True)
+    server.run()

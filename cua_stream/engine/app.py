@@ -1,0 +1,222 @@
+"""The reference engine's HTTP app: SGLang's native endpoints and response shapes (platform-facts §7.2).
+
+/generate runs one request at a time (a CPU forward already uses every core). A weight update waits for
+the request in flight unless generation is paused, in which case it lands between two decode steps and
+the request reports two version spans, as SGLang does under ``pause_generation(mode=in_place)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import deque
+from typing import Any
+
+import anyio.to_thread
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from cua_stream.engine.config import EngineConfig
+from cua_stream.engine.runner import EngineInputError, ModelRunner
+from cua_stream.engine.sampling import SamplingError, SamplingParams
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "code": status}}, status_code=status)
+
+
+class EngineService:
+    """Request handling around one ModelRunner."""
+
+    def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
+        self.config = config
+        self.runner = runner
+        self._generate_lock = asyncio.Lock()
+        self._admit = asyncio.Event()
+        self._admit.set()
+        self.recent: deque[dict[str, Any]] = deque(maxlen=max(config.debug_history, 1))
+
+    async def generate(self, body: dict[str, Any]) -> JSONResponse:
+        parsed = self._parse(body)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        input_ids, image_data, params, return_logprob = parsed
+        runner = self.runner
+        epoch = runner.gate.epoch
+        try:
+            pixels = await anyio.to_thread.run_sync(runner.pixel_inputs, image_data)
+            runner.check_image_tokens(input_ids, pixels)
+        except EngineInputError as e:
+            return _error(400, str(e))
+        await self._admit.wait()
+        started = time.perf_counter()
+        async with self._generate_lock:
+            seed = runner.next_seed(params)
+            gen = await anyio.to_thread.run_sync(
+                lambda: runner.generate(input_ids, pixels, params, seed=seed, epoch=epoch)
+            )
+        meta: dict[str, Any] = {
+            "id": str(body.get("rid") or uuid.uuid4().hex),
+            "finish_reason": gen.finish_reason,
+            "prompt_tokens": len(input_ids),
+            "completion_tokens": len(gen.output_ids),
+            "cached_tokens": 0,
+            "weight_version": gen.version_spans[-1]["version"]
+            if gen.version_spans
+            else runner.weight_version,
+            "weight_versions": gen.version_spans,
+            "e2e_latency": time.perf_counter() - started,
+        }
+        if return_logprob:
+            meta["output_token_logprobs"] = [
+                [lp, tok, None] for lp, tok in zip(gen.logprobs, gen.output_ids, strict=True)
+            ]
+        if self.config.debug_history:
+            self.recent.append(
+                {
+                    "rid": meta["id"],
+                    "input_ids": input_ids,
+                    "output_ids": gen.output_ids,
+                    "image_grid_thw": pixels.grid(),
+                    "pixel_values_sha256": pixels.digest(),
+                    "sampling_seed": seed,
+                }
+            )
+        return JSONResponse(
+            {"text": runner.text_of(gen, params), "output_ids": gen.output_ids, "meta_info": meta}
+        )
+
+    def _parse(
+        self, body: dict[str, Any]
+    ) -> tuple[list[int], list[str], SamplingParams, bool] | JSONResponse:
+        if body.get("stream"):
+            return _error(400, "stream: the reference engine answers non-streaming requests only")
+        input_ids = body.get("input_ids")
+        if input_ids is None and isinstance(body.get("text"), str):
+            input_ids = self.runner.tokenizer.encode(body["text"], add_special_tokens=False)
+        if not isinstance(input_ids, list) or not input_ids or not all(isinstance(t, int) for t in input_ids):
+            return _error(
+                400, "input_ids: expected one non-empty list of token ids (batches are not supported)"
+            )
+        vocab = self.runner.model.config.text_config.vocab_size
+        if any(t < 0 or t >= vocab for t in input_ids):
+            return _error(400, f"input_ids: ids must lie in [0, {vocab})")
+        image_data = body.get("image_data") or []
+        if isinstance(image_data, str):
+            image_data = [image_data]
+        if not isinstance(image_data, list) or not all(isinstance(i, str) for i in image_data):
+            return _error(400, "image_data: expected a string or a list of strings")
+        if body.get("logprob_start_len", -1) not in (-1, None) or body.get("top_logprobs_num", 0) not in (
+            0,
+            None,
+        ):
+            return _error(400, "logprob_start_len/top_logprobs_num: only output-token logprobs are supported")
+        try:
+            params = SamplingParams.from_request(body.get("sampling_params"))
+        except SamplingError as e:
+            return _error(400, str(e))
+        return input_ids, image_data, params, bool(body.get("return_logprob"))
+
+    async def update_weights_from_disk(self, body: dict[str, Any]) -> JSONResponse:
+        path = body.get("model_path")
+        if not isinstance(path, str) or not path:
+            return JSONResponse({"success": False, "message": "model_path is required"}, status_code=400)
+        raw_version = body.get("weight_version")  # SGLang labels are strings; a trainer may send an int
+        version = None if raw_version is None else str(raw_version)
+        paused = self.runner.gate.paused
+        self._admit.clear()  # new requests wait for the new weights
+        try:
+            if paused:  # requests in flight are frozen between steps: swap under them
+                await anyio.to_thread.run_sync(self.runner.load_weights, path, version)
+            else:
+                async with self._generate_lock:
+                    await anyio.to_thread.run_sync(self.runner.load_weights, path, version)
+        except (OSError, ValueError) as e:
+            return JSONResponse({"success": False, "message": f"{type(e).__name__}: {e}"}, status_code=400)
+        finally:
+            self._admit.set()
+        return JSONResponse(
+            {
+                "success": True,
+                "message": f"loaded {path} as weight version {self.runner.weight_version}",
+                "num_paused_requests": 1 if paused and self._generate_lock.locked() else 0,
+            }
+        )
+
+    def model_info(self) -> dict[str, Any]:
+        return {
+            "model_path": self.runner.model_path,
+            "tokenizer_path": self.config.model_path,
+            "served_model_name": self.config.served_model_name or self.config.model_path,
+            "is_generation": True,
+            "has_image_understanding": True,
+            "preferred_sampling_params": None,
+            "weight_version": self.runner.weight_version,
+            "load_format": "auto",
+            "reasoning_parser": None,
+        }
+
+
+def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
+    service = EngineService(config, runner)
+    app = FastAPI(title="cua-stream reference engine", docs_url=None, redoc_url=None)
+    app.state.service = service
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        return body if isinstance(body, JSONResponse) else await service.generate(body)
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        return body if isinstance(body, JSONResponse) else await service.update_weights_from_disk(body)
+
+    @app.post("/pause_generation")
+    async def pause_generation(request: Request) -> JSONResponse:
+        body = await _json_body(request, allow_empty=True)
+        if isinstance(body, JSONResponse):
+            return body
+        try:
+            runner.gate.pause(str(body.get("mode", "abort")))
+        except EngineInputError as e:
+            return _error(400, str(e))
+        return JSONResponse({"success": True, "message": "generation paused"})
+
+    @app.post("/continue_generation")
+    async def continue_generation() -> JSONResponse:
+        runner.gate.resume()
+        return JSONResponse({"success": True, "message": "generation continued"})
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({})
+
+    @app.get("/get_model_info")
+    @app.get("/model_info")
+    async def model_info() -> JSONResponse:
+        return JSONResponse(service.model_info())
+
+    @app.get("/debug/requests")
+    async def debug_requests() -> JSONResponse:
+        """Reference-engine extension (not SGLang): the last ``debug_history`` requests, oldest first."""
+        if not config.debug_history:
+            return _error(404, "debug history is off (engine.debug_history = 0)")
+        return JSONResponse(list(service.recent))
+
+    return app
+
+
+async def _json_body(request: Request, *, allow_empty: bool = False) -> dict[str, Any] | JSONResponse:
+    raw = await request.body()
+    if not raw and allow_empty:
+        return {}
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
+        return _error(400, f"request body is not valid JSON: {e}")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object")
+    return body

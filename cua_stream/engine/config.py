@@ -1,0 +1,33 @@
+"""Configuration of the reference engine daemon (section ``engine``; env ``CUA_ENGINE_<FIELD>``)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The CPU reference engine: which model it serves, where it listens, how it samples."""
+
+    model_path: str
+    """Directory with a saved Qwen3-VL model and processor (e.g. from ``cua-stream make-tiny-model``)."""
+    host: str = "127.0.0.1"
+    port: int = 30000
+    served_model_name: str = ""
+    """Name reported by /get_model_info; defaults to model_path."""
+    weight_version: str = "0"
+    """Version label of the weights at start; /update_weights_from_disk replaces it."""
+    seed: int = 0
+    """Base of per-request sampling seeds when a request sets no ``sampling_seed``."""
+    debug_history: int = 0
+    """Keep the last N requests' engine-side inputs and outputs at GET /debug/requests (0: off)."""
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        from cua_stream.config import ConfigError
+
+        if not self.model_path:
+            raise ConfigError("engine.model_path: required")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"engine.port: {self.port} is not a TCP port")
+        if self.debug_history < 0:
+            raise ConfigError("engine.debug_history: must be >= 0")

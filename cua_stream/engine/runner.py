@@ -1,0 +1,249 @@
+"""The model runner: one transformers Qwen3-VL, a token-by-token decode loop, pause/continue, weight swaps.
+
+Synchronous by design (torch); the HTTP layer calls it from a worker thread. Each forward step holds
+``_step_lock``, so a weight swap lands between two steps, never inside one: a request in flight while
+the weights change (the trainer paused it ``in_place``) gets per-token version spans, as SGLang reports
+them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cua_stream.engine.forward import forward, prompt_position_ids, step_position_ids
+from cua_stream.engine.sampling import SamplingParams, draw
+
+
+class EngineInputError(ValueError):
+    """The request's ids or images are inconsistent (HTTP 400); the message says how."""
+
+
+@dataclass(frozen=True)
+class PixelInputs:
+    """What the vision tower consumed for one request."""
+
+    pixel_values: torch.Tensor | None
+    image_grid_thw: torch.Tensor | None
+
+    def digest(self) -> str:
+        """sha256 of the float32 pixel rows (empty string without images): compared by replay tests."""
+        if self.pixel_values is None:
+            return ""
+        return hashlib.sha256(self.pixel_values.float().contiguous().numpy().tobytes()).hexdigest()
+
+    def grid(self) -> list[list[int]]:
+        return [] if self.image_grid_thw is None else self.image_grid_thw.tolist()
+
+
+@dataclass
+class Generation:
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: dict[str, Any]
+    version_spans: list[dict[str, Any]] = field(default_factory=list)
+    """[{version, start, end}] over output-token offsets, in order."""
+
+
+class Gate:
+    """Pause/continue shared by HTTP handlers and decode threads.
+
+    ``pause("abort")`` ends every request in flight or queued at its next step (finish_reason abort);
+    ``in_place`` and ``retract`` freeze them between steps (this engine keeps the KV cache for both) until
+    ``resume``. New requests wait while paused.
+    """
+
+    def __init__(self) -> None:
+        self._running = threading.Event()
+        self._running.set()
+        self._abort_epoch = 0
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    @property
+    def epoch(self) -> int:
+        return self._abort_epoch
+
+    def pause(self, mode: str) -> None:
+        if mode not in ("abort", "retract", "in_place"):
+            raise EngineInputError(f"pause mode {mode!r}: expected abort, retract or in_place")
+        self._running.clear()
+        if mode == "abort":
+            self._abort_epoch += 1
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def may_continue(self, epoch: int) -> bool:
+        """Between steps: False if the request was aborted; otherwise block while paused, then True."""
+        while not self._running.wait(timeout=0.05):
+            if self._abort_epoch != epoch:
+                return False
+        return self._abort_epoch == epoch
+
+
+def decode_image_data(item: str) -> bytes:
+    """SGLang ``image_data`` entry: a data URL, a base64 string, or a local file path."""
+    if item.startswith("data:"):
+        item = item.partition(",")[2]
+    elif len(item) < 4096 and os.path.isfile(item):
+        with open(item, "rb") as f:
+            return f.read()
+    try:
+        return base64.b64decode(item, validate=True)
+    except binascii.Error as e:
+        raise EngineInputError(f"image_data: not a data URL, base64 string or file path ({e})") from None
+
+
+class ModelRunner:
+    def __init__(self, model_path: str, *, weight_version: str = "0", seed: int = 0) -> None:
+        from transformers import AutoProcessor
+
+        self.model_path = model_path
+        self.weight_version = weight_version
+        self.seed = seed
+        self.processor = AutoProcessor.from_pretrained(model_path)
+        self.tokenizer = self.processor.tokenizer
+        self.model = self._load(model_path)
+        self.gate = Gate()
+        self._step_lock = threading.Lock()
+        self._requests = 0
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
+        self.image_token_id = int(self.model.config.image_token_id)
+        self.merge_size = int(self.processor.image_processor.merge_size)
+
+    @staticmethod
+    def _load(path: str) -> Any:
+        from transformers import AutoModelForImageTextToText
+
+        return AutoModelForImageTextToText.from_pretrained(path, dtype=torch.float32).eval()
+
+    def load_weights(self, path: str, version: str | None) -> None:
+        """Load new weights from ``path`` (same architecture) and swap them in between two steps."""
+        model = self._load(path)
+        with self._step_lock:
+            self.model = model
+            self.model_path = path
+            if version is not None:
+                self.weight_version = version
+
+    def pixel_inputs(self, image_data: list[str]) -> PixelInputs:
+        if not image_data:
+            return PixelInputs(None, None)
+        from PIL import Image
+
+        images = []
+        for item in image_data:
+            try:
+                images.append(Image.open(io.BytesIO(decode_image_data(item))))
+            except OSError as e:
+                raise EngineInputError(f"image_data: cannot decode image ({e})") from None
+        out = self.processor.image_processor(images=images, return_tensors="pt")
+        return PixelInputs(out["pixel_values"], out["image_grid_thw"])
+
+    def check_image_tokens(self, input_ids: list[int], pixels: PixelInputs) -> None:
+        pads = sum(1 for t in input_ids if t == self.image_token_id)
+        want = 0
+        if pixels.image_grid_thw is not None:
+            want = int(pixels.image_grid_thw.prod(-1).sum()) // self.merge_size**2
+        if pads != want:
+            raise EngineInputError(
+                f"input_ids hold {pads} image pad tokens but the images need {want} (grids {pixels.grid()})"
+            )
+
+    def next_seed(self, params: SamplingParams) -> int:
+        """The request's sampling seed: its own, else derived from the engine seed and a request counter,
+        so a fixed sequence of requests replays exactly."""
+        self._requests += 1
+        if params.sampling_seed is not None:
+            return params.sampling_seed
+        return hash((self.seed, self._requests)) & 0x7FFF_FFFF_FFFF_FFFF
+
+    @torch.inference_mode()
+    def generate(
+        self, input_ids: list[int], pixels: PixelInputs, params: SamplingParams, *, seed: int, epoch: int
+    ) -> Generation:
+        gen = Generation([], [], {"type": "length", "length": params.max_new_tokens})
+        if not self.gate.may_continue(epoch):
+            gen.finish_reason = _aborted()
+            return gen
+        generator = torch.Generator().manual_seed(seed)
+        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids))
+        ids = torch.tensor([input_ids], dtype=torch.long)
+        with self._step_lock:
+            model, version = self.model, self.weight_version
+            positions, delta = prompt_position_ids(model, ids, pixels.image_grid_thw)
+            logits, cache = forward(
+                model,
+                ids,
+                positions,
+                pixel_values=pixels.pixel_values,
+                image_grid_thw=pixels.image_grid_thw,
+            )
+        position = len(input_ids)
+        while len(gen.output_ids) < params.max_new_tokens:
+            token, logprob = draw(logits[0, -1], params, generator)
+            _append(gen, token, logprob, version)
+            if token in stop_ids:
+                gen.finish_reason = {"type": "stop", "matched": token}
+                break
+            if params.stop and (matched := self._matched_stop(gen.output_ids, params)) is not None:
+                gen.finish_reason = {"type": "stop", "matched": matched}
+                break
+            if len(gen.output_ids) >= params.max_new_tokens:
+                break
+            if not self.gate.may_continue(epoch):
+                gen.finish_reason = _aborted()
+                break
+            with self._step_lock:
+                model, version = self.model, self.weight_version
+                step = torch.tensor([[token]], dtype=torch.long)
+                logits, cache = forward(model, step, step_position_ids(position, delta), cache=cache)
+            position += 1
+        return gen
+
+    def _matched_stop(self, output_ids: list[int], params: SamplingParams) -> str | None:
+        text = self.tokenizer.decode(output_ids, skip_special_tokens=params.skip_special_tokens)
+        return next((s for s in params.stop if s in text), None)
+
+    def text_of(self, gen: Generation, params: SamplingParams) -> str:
+        """The reply text as SGLang returns it: the matched stop token or string trimmed unless no_stop_trim."""
+        ids = gen.output_ids
+        matched = gen.finish_reason.get("matched")
+        if isinstance(matched, int) and not params.no_stop_trim and ids:
+            ids = ids[:-1]
+        text = self.tokenizer.decode(ids, skip_special_tokens=params.skip_special_tokens)
+        if isinstance(matched, str) and not params.no_stop_trim:
+            text = text[: text.find(matched)]
+        return text
+
+
+def _append(gen: Generation, token: int, logprob: float, version: str) -> None:
+    index = len(gen.output_ids)
+    gen.output_ids.append(token)
+    gen.logprobs.append(logprob)
+    spans = gen.version_spans
+    if spans and spans[-1]["version"] == version:
+        spans[-1]["end"] = index + 1
+    else:
+        spans.append({"version": version, "start": index, "end": index + 1})
+
+
+def _aborted() -> dict[str, Any]:
+    return {
+        "type": "abort",
+        "message": "generation aborted by pause_generation(mode=abort)",
+        "status_code": 503,
+        "err_type": "ServiceUnavailable",
+    }

@@ -1,0 +1,145 @@
+"""An OpenAI chat-completions body → what the gateway needs: messages, call kind, engine sampling params.
+
+Refused (400): client-supplied ``input_ids`` and other fields that would let the client steer the
+tokens the gateway owns; ``n > 1``; tools; a temperature different from the session's training
+temperature (checked by the session). Ignored: fields that do not change sampling (``model``,
+``prompt_cache_key``, ``user``, ``logprobs``: the gateway always takes logprobs from the engine, ...).
+
+A request without ``cua_call_kind`` is recorded as an agent turn and counted (per session and in the
+gateway metrics): computer-1 through our binding always sets it, so a missing marker means a client
+outside the binding, and an agent turn is the only kind that needs no marker to be trained correctly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from cua_stream.events import CALL_KIND_FIELD, CallKind
+from cua_stream.gateway.messages import Message, WireMessage, canonical_messages
+from cua_stream.gateway.refusal import bad_request
+from cua_stream.gateway.session import Session
+
+# Fields that smuggle token-level control past the gateway (Miles' request contract refuses the same).
+FORBIDDEN_FIELDS = ("input_ids", "prompt_token_ids", "logprob_start_len", "routed_experts_start_len")
+UNSUPPORTED_FIELDS = ("tools", "tool_choice", "functions", "function_call", "logit_bias")
+_OPENAI_TO_SGLANG = {
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "stop": "stop",
+    "stop_token_ids": "stop_token_ids",
+    "seed": "sampling_seed",
+    "frequency_penalty": "frequency_penalty",
+    "presence_penalty": "presence_penalty",
+    "repetition_penalty": "repetition_penalty",
+}
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    messages: tuple[Message, ...]
+    kind: CallKind
+    kind_given: bool
+    sampling: dict[str, Any]
+    """SGLang ``sampling_params`` for the engine (training defaults filled in)."""
+    stream: bool
+    model: str
+
+
+class ChatBody(msgspec.Struct):
+    """The fields of a chat-completions body the gateway reads (others are ignored). Loosely typed where
+    the checks below give a clearer refusal than a type error would."""
+
+    messages: list[WireMessage] | None = None
+    model: Any = None
+    temperature: Any = None
+    top_p: Any = None
+    top_k: Any = None
+    min_p: Any = None
+    stop: Any = None
+    stop_token_ids: Any = None
+    seed: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    repetition_penalty: Any = None
+    max_tokens: Any = None
+    max_completion_tokens: Any = None
+    n: Any = None
+    stream: Any = None
+    response_format: Any = None
+    cua_call_kind: Any = None
+    input_ids: Any = None
+    prompt_token_ids: Any = None
+    logprob_start_len: Any = None
+    routed_experts_start_len: Any = None
+    tools: Any = None
+    tool_choice: Any = None
+    functions: Any = None
+    function_call: Any = None
+    logit_bias: Any = None
+
+
+assert CALL_KIND_FIELD == "cua_call_kind"  # the field name above
+_decoder = msgspec.json.Decoder(ChatBody)
+
+
+def decode_body(raw: bytes | dict[str, Any]) -> ChatBody:
+    """Decode a request body (raw JSON, or already decoded in tests and tools); 400 if malformed."""
+    try:
+        return _decoder.decode(raw if isinstance(raw, bytes) else msgspec.json.encode(raw))
+    except msgspec.ValidationError as e:
+        raise bad_request(f"request body: {e}") from None
+    except msgspec.DecodeError as e:
+        raise bad_request(f"request body is not valid JSON: {e}") from None
+
+
+def parse_chat_request(raw: bytes | dict[str, Any], session: Session) -> ChatCall:
+    body = decode_body(raw)
+    for name in FORBIDDEN_FIELDS:
+        if getattr(body, name) is not None:
+            raise bad_request(f"{name}: the session gateway owns the token ids; clients may not supply them")
+    for name in UNSUPPORTED_FIELDS:
+        if getattr(body, name):
+            raise bad_request(f"{name}: not supported by the session gateway")
+    if body.n not in (1, None):
+        raise bad_request(f"n={body.n}: the session gateway records one completion per call")
+    if body.response_format not in (None, {"type": "text"}):
+        raise bad_request("response_format: constrained decoding is not supported by the session gateway")
+    session.check_temperature(body.temperature)
+    kind, kind_given = _call_kind(body.cua_call_kind)
+    return ChatCall(
+        messages=canonical_messages(body.messages),
+        kind=kind,
+        kind_given=kind_given,
+        sampling=_sampling(body, session),
+        stream=bool(body.stream),
+        model=str(body.model or ""),
+    )
+
+
+def _call_kind(raw: Any) -> tuple[CallKind, bool]:
+    if raw is None:
+        return CallKind.AGENT_TURN, False
+    try:
+        return CallKind(raw), True
+    except ValueError:
+        allowed = ", ".join(k.value for k in CallKind)
+        raise bad_request(f"{CALL_KIND_FIELD}={raw!r}: expected one of {allowed}") from None
+
+
+def _sampling(body: ChatBody, session: Session) -> dict[str, Any]:
+    params = dict(session.sampling)
+    for openai_name, sglang_name in _OPENAI_TO_SGLANG.items():
+        value = getattr(body, openai_name)
+        if value is not None:
+            params[sglang_name] = value
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    if max_tokens is not None:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise bad_request(f"max_tokens={max_tokens!r}: expected a positive integer")
+        params["max_new_tokens"] = max_tokens
+    params["temperature"] = session.temperature
+    return params

@@ -1,0 +1,44 @@
+"""Configuration of the session gateway daemon (section ``gateway``; env ``CUA_GATEWAY_<FIELD>``)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from cua_stream.config import ConfigError, Secret
+
+
+class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The session gateway: where it listens, which engine it drives, what it renders with."""
+
+    model_path: str
+    """Directory of the served model's processor and tokenizer (weights are not loaded)."""
+    engine_url: str = "http://127.0.0.1:30000"
+    """Base URL of the engine's native API (SGLang server or router, or ``cua-stream engine``)."""
+    host: str = "127.0.0.1"
+    port: int = 8000
+    blob_dir: str = ""
+    """Blob store for screenshots; empty: ``<state dir>/blobs``."""
+    template_path: str = ""
+    """A chat template file to use instead of the project's own ``qwen3_vl.jinja`` (must keep its
+    per-message rendering property)."""
+    engine_timeout_s: float = 600.0
+    """How long one /generate may take before the call is answered 503."""
+    drain_hold_s: float = 0.0
+    """While draining for a weight update, hold a new chat call up to this long for the resume before
+    answering 503 (computer-1 retries a 503 three times without waiting, then the episode is discarded
+    as server-unavailable). 0: answer 503 at once."""
+    api_key: Secret | None = None
+    """When set, every route requires ``Authorization: Bearer <api_key>``."""
+    log_level: str = "warning"
+
+    def __post_init__(self) -> None:
+        if not self.model_path:
+            raise ConfigError("gateway.model_path: required")
+        if not self.engine_url.startswith(("http://", "https://")):
+            raise ConfigError(f"gateway.engine_url: expected an http(s) URL, got {self.engine_url!r}")
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"gateway.port: {self.port} is not a TCP port")
+        if self.drain_hold_s < 0:
+            raise ConfigError("gateway.drain_hold_s: must be >= 0")
+        if self.engine_timeout_s <= 0:
+            raise ConfigError("gateway.engine_timeout_s: must be > 0")

@@ -1,0 +1,230 @@
+"""Talking to an engine's native ``/generate`` (SGLang 0.5.x protocol; the reference engine speaks it too).
+
+``parse_generate_response`` is pure and strict: a reply whose ids, logprobs or version spans do not line
+up is a protocol error (502), because recording it would train on data the engine did not produce.
+Weight versions are integers in cua-stream events; SGLang's start-up label ``"default"`` (before the
+trainer's first update) reads as version 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+import msgspec
+
+from cua_stream.events import VersionSpan
+
+
+class EngineHTTPError(Exception):
+    """The engine answered non-2xx: passed through to the client unchanged, and not recorded."""
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        super().__init__(f"engine answered {status}")
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+class EngineUnavailable(Exception):
+    """The engine could not be reached or timed out (the client gets 503: not the policy's doing)."""
+
+
+class EngineProtocolError(Exception):
+    """The engine's reply is not a valid /generate response (the client gets 502)."""
+
+
+@dataclass(frozen=True)
+class EngineReply:
+    text: str
+    output_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    """stop | length | abort"""
+    abort_status: int | None
+    abort_message: str
+    weight_versions: tuple[VersionSpan, ...]
+    prompt_tokens: int
+    engine_ms: float
+    meta_info: dict[str, Any]
+
+
+def _version(label: Any) -> int:
+    if label == "default":
+        return 0
+    try:
+        return int(label)
+    except (TypeError, ValueError):
+        raise EngineProtocolError(f"weight_version {label!r} is not an integer version") from None
+
+
+def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineReply:
+    if not isinstance(payload, dict) or not isinstance(payload.get("meta_info"), dict):
+        raise EngineProtocolError("reply has no meta_info object")
+    meta: dict[str, Any] = payload["meta_info"]
+    output_ids = payload.get("output_ids")
+    if not isinstance(output_ids, list) or not all(isinstance(t, int) for t in output_ids):
+        raise EngineProtocolError("reply has no output_ids list")
+    pairs = meta.get("output_token_logprobs")
+    if not isinstance(pairs, list) or len(pairs) != len(output_ids):
+        raise EngineProtocolError(
+            f"output_token_logprobs has {len(pairs) if isinstance(pairs, list) else 'no'} entries "
+            f"for {len(output_ids)} output ids"
+        )
+    logprobs: list[float] = []
+    for i, (pair, tok) in enumerate(zip(pairs, output_ids, strict=True)):
+        if not isinstance(pair, (list, tuple)) or len(pair) < 2 or pair[1] != tok:
+            raise EngineProtocolError(f"output_token_logprobs[{i}] does not name output id {tok}")
+        if not isinstance(pair[0], (int, float)) or math.isnan(pair[0]):
+            raise EngineProtocolError(f"output_token_logprobs[{i}] has no logprob")
+        logprobs.append(float(pair[0]))
+    finish = meta.get("finish_reason")
+    finish_type = finish.get("type") if isinstance(finish, dict) else finish
+    if finish_type not in ("stop", "length", "abort"):
+        raise EngineProtocolError(f"finish_reason {finish!r} is not stop, length or abort")
+    abort_status = abort_message = None
+    if finish_type == "abort" and isinstance(finish, dict):
+        abort_status = finish.get("status_code")
+        abort_message = finish.get("message")
+    return EngineReply(
+        text=str(payload.get("text") or ""),
+        output_ids=output_ids,
+        logprobs=logprobs,
+        finish_reason=finish_type,
+        abort_status=abort_status if isinstance(abort_status, int) else None,
+        abort_message=str(abort_message or "generation aborted by the engine"),
+        weight_versions=_spans(meta, len(output_ids)),
+        prompt_tokens=int(meta.get("prompt_tokens") or 0),
+        engine_ms=engine_ms,
+        meta_info=meta,
+    )
+
+
+def _spans(meta: dict[str, Any], n: int) -> tuple[VersionSpan, ...]:
+    raw = meta.get("weight_versions")
+    if not raw:
+        return (VersionSpan(version=_version(meta.get("weight_version", "default")), start=0, end=n),)
+    spans: list[VersionSpan] = []
+    expected_start = 0
+    for item in raw:
+        if not isinstance(item, dict):
+            raise EngineProtocolError(f"weight_versions entry {item!r} is not an object")
+        start, end = item.get("start"), item.get("end")
+        if not isinstance(start, int) or not isinstance(end, int) or start != expected_start or end <= start:
+            raise EngineProtocolError(f"weight_versions do not tile the output: {raw!r}")
+        spans.append(VersionSpan(version=_version(item.get("version")), start=start, end=end))
+        expected_start = end
+    if expected_start != n:
+        raise EngineProtocolError(f"weight_versions cover {expected_start} of {n} output tokens")
+    return tuple(spans)
+
+
+class JsonStrings(tuple[bytes, ...]):
+    """Strings already encoded as JSON string literals (quotes included). Image data given this way is
+    spliced into the /generate body verbatim: every request carries every screenshot of the history,
+    and re-encoding them all on each turn would cost more than the rest of the turn."""
+
+    @classmethod
+    def of(cls, strings: Iterable[str]) -> JsonStrings:
+        return cls(_json.encode(s) for s in strings)
+
+    def decode(self) -> list[str]:
+        return [msgspec.json.decode(s) for s in self]
+
+
+_json = msgspec.json.Encoder()
+
+
+def generate_body(
+    input_ids: list[int],
+    image_data: Sequence[str] | JsonStrings,
+    sampling_params: dict[str, Any],
+    *,
+    routing_key: str | None = None,
+    rid: str | None = None,
+) -> bytes:
+    """The JSON body of a native /generate request (output-token logprobs always on)."""
+    body: dict[str, Any] = {
+        "input_ids": input_ids,
+        "sampling_params": sampling_params,
+        "return_logprob": True,
+        "logprob_start_len": -1,
+    }
+    if routing_key:
+        body["routing_key"] = routing_key  # sticky routing keeps an episode on one prefix cache
+    if rid:
+        body["rid"] = rid  # the call id: engine logs and records name the same request
+    if not image_data:
+        return _json.encode(body)
+    if not isinstance(image_data, JsonStrings):
+        body["image_data"] = list(image_data)
+        return _json.encode(body)
+    parts = [_json.encode(body)[:-1], b',"image_data":[']
+    for i, fragment in enumerate(image_data):  # one copy of the screenshots, not two
+        if i:
+            parts.append(b",")
+        parts.append(fragment)
+    parts.append(b"]}")
+    return b"".join(parts)
+
+
+class Engine(Protocol):
+    """What the gateway needs from an engine (EngineClient; unit tests use an in-memory stand-in)."""
+
+    async def generate(
+        self,
+        input_ids: list[int],
+        image_data: Sequence[str] | JsonStrings,
+        sampling_params: dict[str, Any],
+        *,
+        routing_key: str | None = None,
+        rid: str | None = None,
+    ) -> EngineReply: ...
+
+
+class EngineClient:
+    """An httpx client for one engine (or a router in front of several)."""
+
+    def __init__(
+        self, base_url: str, *, timeout_s: float = 600.0, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def generate(
+        self,
+        input_ids: list[int],
+        image_data: Sequence[str] | JsonStrings,
+        sampling_params: dict[str, Any],
+        *,
+        routing_key: str | None = None,
+        rid: str | None = None,
+    ) -> EngineReply:
+        content = generate_body(input_ids, image_data, sampling_params, routing_key=routing_key, rid=rid)
+        started = time.perf_counter()
+        try:
+            response = await self._http.post(
+                "/generate", content=content, headers={"content-type": "application/json"}
+            )
+        except httpx.TransportError as e:
+            raise EngineUnavailable(f"engine unreachable: {type(e).__name__}: {e}") from None
+        engine_ms = (time.perf_counter() - started) * 1e3
+        if response.status_code // 100 != 2:
+            raise EngineHTTPError(
+                response.status_code,
+                response.content,
+                response.headers.get("content-type", "application/json"),
+            )
+        try:
+            payload = msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            raise EngineProtocolError("engine reply is not JSON") from None
+        return parse_generate_response(payload, engine_ms=engine_ms)

@@ -1,0 +1,37 @@
+"""The gateway's metrics (Prometheus text at ``GET /metrics``), on the project's small registry."""
+
+from __future__ import annotations
+
+from cua_stream.metrics import Registry
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = Registry()
+        r = self.registry
+        self.sessions = r.gauge("cua_gateway_sessions", "Open sessions.")
+        self.draining = r.gauge("cua_gateway_draining", "1 while draining for a weight update.")
+        self.in_flight = r.gauge("cua_gateway_in_flight", "Chat calls being served.")
+        self.responses = r.counter(
+            "cua_gateway_responses_total", "Chat-completion responses by HTTP status.", ("status",)
+        )
+        self.recorded = r.counter("cua_gateway_calls_recorded_total", "Recorded calls by kind.", ("kind",))
+        self.missing_call_kind = r.counter(
+            "cua_gateway_missing_call_kind_total",
+            "Recorded calls whose request carried no cua_call_kind (recorded as agent turns).",
+        )
+        self.tito_mismatch = r.counter(
+            "cua_gateway_tito_mismatch_total",
+            "Call-tree leaves checked at session close, by mismatch type ('none': re-render matched).",
+            ("type",),
+        )
+        self.overhead_ms = r.counter(
+            "cua_gateway_overhead_ms_total", "Time spent in the gateway on recorded calls, engine excluded."
+        )
+        self.engine_ms = r.counter("cua_gateway_engine_ms_total", "Time spent waiting for /generate.")
+
+    def render(self, *, sessions: int, draining: bool, in_flight: int) -> str:
+        self.sessions.set(sessions)
+        self.draining.set(int(draining))
+        self.in_flight.set(in_flight)
+        return self.registry.render()

@@ -1,0 +1,372 @@
+"""The gateway service: sessions, the chat path, drain/resume. I/O (engine, blob store, event sink) is
+injected; the TITO decisions live in the pure modules it calls.
+
+The chat path, in order:
+
+1. Refuse early: unknown session (404), draining (503, after holding the call up to ``drain_hold_s``
+   for the weight update to finish), invalid request or temperature (400).
+2. Match the parent call (calltree); refuse to extend a reply cut by length (409).
+3. Render only the new part (rendering): the parent's exact ids + glue + appended messages.
+4. Call the engine's /generate. A non-2xx reply is passed through, an unreachable engine is 503, an
+   invalid reply 502, an aborted generation 503: none of them is recorded.
+5. Store new images in the blob store (in a worker thread, during the engine call), then, under the
+   session's lock, take the next ``seq``, publish the record and wait until it is durable, and only
+   then add the call to the tree.
+6. Answer the client. If publishing failed the client gets 503 and the call is not in the tree, so
+   the episode's records stay gap-free and a retry is recorded normally.
+
+Every non-2xx answer to a known session is appended to its ``statuses``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+
+from cua_stream.blobs import BlobStore
+from cua_stream.bus.producer import EventSink
+from cua_stream.events import CallRecord, ImageRef, TokenIds
+from cua_stream.gateway.calltree import CallNode, Match
+from cua_stream.gateway.chat_request import ChatCall, parse_chat_request
+from cua_stream.gateway.engine_client import (
+    Engine,
+    EngineHTTPError,
+    EngineProtocolError,
+    EngineReply,
+    EngineUnavailable,
+    JsonStrings,
+)
+from cua_stream.gateway.messages import assistant_reply
+from cua_stream.gateway.metrics import GatewayMetrics
+from cua_stream.gateway.mismatch import tree_report
+from cua_stream.gateway.openai_format import completion_body, error_body, stream_body
+from cua_stream.gateway.records import build_record, topic_for
+from cua_stream.gateway.refusal import Refusal
+from cua_stream.gateway.rendering import RenderedDelta, Renderer
+from cua_stream.gateway.session import Session, SessionSpec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reply:
+    """An HTTP answer, independent of the web framework."""
+
+    status: int
+    body: Any = None
+    raw: bytes | None = None
+    media_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A call ready for the engine: its id (also the engine's ``rid``), parent match and prompt."""
+
+    call_id: str
+    call: ChatCall
+    match: Match
+    delta: RenderedDelta
+    prompt_ids: TokenIds
+    delta_start: int
+    image_data: JsonStrings
+    """Every image of the prompt, in prompt order (the engine needs them all); the history's are the
+    parent's already-encoded ones."""
+
+
+def _refusal_reply(r: Refusal) -> Reply:
+    headers = {"retry-after": "1"} if r.status == 503 else {}
+    return Reply(r.status, error_body(r.status, r.message, r.code), headers=headers)
+
+
+class Gateway:
+    def __init__(
+        self,
+        *,
+        renderer: Renderer,
+        engine: Engine,
+        sink: EventSink,
+        blobs: BlobStore,
+        drain_hold_s: float = 0.0,
+    ) -> None:
+        self.renderer = renderer
+        self.drain_hold_s = drain_hold_s
+        self.engine = engine
+        self.sink = sink
+        self.blobs = blobs
+        self.sessions: dict[str, Session] = {}
+        self.metrics = GatewayMetrics()
+        self.draining = False
+        self.in_flight = 0
+        self._idle: anyio.Event | None = None
+        self._resumed = anyio.Event()
+        self._locks: dict[str, anyio.Lock] = {}
+
+    # -- sessions -------------------------------------------------------------------------------------
+
+    def create_session(self, spec: SessionSpec) -> Session:
+        session = Session.create(spec, time.time())
+        if session.session_id in self.sessions:
+            raise Refusal(409, f"session {session.session_id} already exists", code="session_exists")
+        self.sessions[session.session_id] = session
+        self._locks[session.session_id] = anyio.Lock()
+        return session
+
+    def get_session(self, session_id: str) -> Session:
+        try:
+            return self.sessions[session_id]
+        except KeyError:
+            raise Refusal(404, f"unknown session {session_id}", code="session_not_found") from None
+
+    def describe(self, session: Session) -> dict[str, Any]:
+        return {**session.summary(), "tito_mismatch": self.mismatch_report(session)}
+
+    def delete_session(self, session_id: str) -> dict[str, Any]:
+        session = self.get_session(session_id)
+        report = self.describe(session)
+        for leaf_types in report["tito_mismatch"]["leaves"].values():
+            for t in leaf_types or ["none"]:
+                self.metrics.tito_mismatch.inc(type=t)
+        del self.sessions[session_id]
+        self._locks.pop(session_id, None)
+        return report
+
+    def mismatch_report(self, session: Session) -> dict[str, Any]:
+        return tree_report(self.renderer, session.tree.leaves())
+
+    # -- drain ----------------------------------------------------------------------------------------
+
+    async def drain(self, timeout_s: float) -> dict[str, Any]:
+        """Stop admitting chat calls (503) and wait up to ``timeout_s`` for those in flight to finish."""
+        if not self.draining:
+            self.draining = True
+            self._resumed = anyio.Event()
+        if self.in_flight:
+            self._idle = anyio.Event()
+            with anyio.move_on_after(timeout_s):
+                await self._idle.wait()
+        return self.drain_status()
+
+    def resume(self) -> dict[str, Any]:
+        self.draining = False
+        self._resumed.set()
+        return self.drain_status()
+
+    def drain_status(self) -> dict[str, Any]:
+        return {"draining": self.draining, "in_flight": self.in_flight, "idle": self.in_flight == 0}
+
+    # -- chat -----------------------------------------------------------------------------------------
+
+    async def chat(self, session_id: str, body: bytes | dict[str, Any]) -> Reply:
+        """Serve one chat-completions request; ``body`` is the raw JSON or already decoded."""
+        reply = await self._chat(session_id, body)
+        self.metrics.responses.inc(status=str(reply.status))
+        session = self.sessions.get(session_id)
+        if session is not None and reply.status // 100 != 2:
+            session.statuses.append(reply.status)
+        return reply
+
+    async def _chat(self, session_id: str, body: bytes | dict[str, Any]) -> Reply:
+        started_at = time.time()
+        try:
+            session = self.get_session(session_id)
+            if self.draining and self.drain_hold_s > 0:
+                with anyio.move_on_after(self.drain_hold_s):
+                    await self._resumed.wait()
+            t0 = time.perf_counter()  # gateway_ms counts the gateway's work, not a drain hold
+            if self.draining:
+                raise Refusal(
+                    503, "the gateway is draining for a weight update; retry shortly", code="draining"
+                )
+            call = parse_chat_request(body, session)
+        except Refusal as r:
+            return _refusal_reply(r)
+        self.in_flight += 1
+        try:
+            return await self._generate_and_record(session, call, started_at, t0)
+        except Refusal as r:
+            return _refusal_reply(r)
+        except EngineHTTPError as e:
+            return Reply(e.status, raw=e.body, media_type=e.content_type)
+        except EngineUnavailable as e:
+            return _refusal_reply(Refusal(503, str(e), code="engine_unavailable"))
+        except EngineProtocolError as e:
+            return _refusal_reply(Refusal(502, f"invalid engine reply: {e}", code="engine_protocol"))
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    def prepare(self, session: Session, call: ChatCall) -> Prepared:
+        """Steps 2-3: match the parent and build the prompt ids (synchronous, no I/O)."""
+        match = session.tree.match(call.messages)
+        parent = match.parent
+        if parent is not None and parent.cut_by_length:
+            raise Refusal(
+                409,
+                f"this request extends call {parent.call_id}, whose reply was cut by length; "
+                "a truncated reply cannot be continued",
+                code="truncated_parent",
+            )
+        delta = self.renderer.render_delta(
+            call.messages[match.start :], after_completion=parent.completion_ids if parent else None
+        )
+        if parent is None:
+            prompt_ids, delta_start = delta.ids, 0
+        else:
+            prompt_ids = parent.full_ids()
+            delta_start = len(prompt_ids)
+            prompt_ids.extend(delta.ids)
+        return Prepared(
+            call_id=uuid.uuid4().hex,
+            call=call,
+            match=match,
+            delta=delta,
+            prompt_ids=prompt_ids,
+            delta_start=delta_start,
+            image_data=JsonStrings(
+                (parent.image_json if parent else ())
+                + tuple(p.json for m in call.messages[match.start :] for p in m.images())
+            ),
+        )
+
+    async def _generate_and_record(
+        self, session: Session, call: ChatCall, started_at: float, t0: float
+    ) -> Reply:
+        prepared = self.prepare(session, call)
+        prep_ms = (time.perf_counter() - t0) * 1e3
+        reply, images = await self._generate_storing_images(session, prepared)
+        if reply.finish_reason == "abort":
+            raise Refusal(reply.abort_status or 503, reply.abort_message, code="engine_abort")
+        t1 = time.perf_counter()
+        event = self.record_of(
+            session, prepared, reply, images, started_at, prep_ms + (time.perf_counter() - t1) * 1e3
+        )
+        await self._publish_and_commit(session, prepared, reply, event)
+        body = completion_body(
+            call_id=prepared.call_id,
+            model=call.model,
+            text=reply.text,
+            finish_reason=reply.finish_reason,
+            prompt_tokens=len(prepared.prompt_ids),
+            completion_tokens=len(reply.output_ids),
+        )
+        if call.stream:
+            return Reply(200, raw=stream_body(body), media_type="text/event-stream")
+        return Reply(200, body)
+
+    async def _generate_storing_images(
+        self, session: Session, prepared: Prepared
+    ) -> tuple[EngineReply, tuple[ImageRef, ...]]:
+        """Step 4, with step 5's image work (full decode, hash, blob write) done in a worker thread while
+        the engine generates: the images are durable before the record is published, and their cost
+        adds no latency to the turn."""
+        refs: list[ImageRef] = []
+        store_error: list[Exception] = []
+        engine_error: list[Exception] = []
+        reply: EngineReply | None = None
+
+        def store() -> None:
+            try:
+                for image in prepared.delta.images:
+                    data, ref = image.stored()
+                    self.blobs.put(data)
+                    refs.append(ref)
+            except (OSError, Refusal) as e:
+                store_error.append(e)
+
+        async with anyio.create_task_group() as tg:
+            if prepared.delta.images:
+                tg.start_soon(partial(anyio.to_thread.run_sync, store))
+            try:
+                reply = await self.engine.generate(
+                    prepared.prompt_ids.tolist(),
+                    prepared.image_data,
+                    prepared.call.sampling,
+                    routing_key=session.session_id,
+                    rid=prepared.call_id,
+                )
+            except (EngineHTTPError, EngineUnavailable, EngineProtocolError) as e:
+                engine_error.append(e)  # raised after the image work ends, outside the task group
+        if engine_error:
+            raise engine_error[0]
+        if store_error:
+            error = store_error[0]
+            if isinstance(error, Refusal):  # bytes past the header are not base64
+                raise error
+            log.error("blob store write failed: %s", error)
+            raise Refusal(503, f"the screenshots could not be stored ({error})", code="blob_store")
+        assert reply is not None
+        return reply, tuple(refs)
+
+    def record_of(
+        self,
+        session: Session,
+        prepared: Prepared,
+        reply: EngineReply,
+        images: tuple[ImageRef, ...],
+        started_at: float,
+        gateway_ms: float,
+    ) -> CallRecord:
+        """The event for ``prepared`` with a provisional ``seq`` (the next one; fixed at commit)."""
+        parent = prepared.match.parent
+        return build_record(
+            run_id=session.run_id,
+            group_id=session.group_id,
+            episode_id=session.episode_id,
+            seq=session.next_seq,
+            call_id=prepared.call_id,
+            parent_call_id=parent.call_id if parent else None,
+            kind=prepared.call.kind,
+            delta_ids=TokenIds(prepared.prompt_ids[prepared.delta_start :]),
+            images=images,
+            reply=reply,
+            sampling=prepared.call.sampling,
+            started_at=started_at,
+            gateway_ms=gateway_ms,
+        )
+
+    async def _publish_and_commit(
+        self, session: Session, prepared: Prepared, reply: EngineReply, event: CallRecord
+    ) -> CallNode:
+        """Step 5: under the session lock, take the seq, publish durably, then add the call to the tree."""
+        call = prepared.call
+        # A session deleted while this call was in flight still gets its record published.
+        lock = self._locks.get(session.session_id) or anyio.Lock()
+        async with lock:
+            event = msgspec.structs.replace(event, seq=session.next_seq)
+            try:
+                await self.sink.publish(topic_for(call.kind), event)
+            except Exception as e:  # any failure to make the record durable: the client must not get 200
+                log.exception("publishing call %s of episode %s failed", event.call_id, session.episode_id)
+                raise Refusal(
+                    503, f"the call could not be recorded ({type(e).__name__}); retry", code="record_failed"
+                ) from e
+            node = session.tree.add(
+                call_id=prepared.call_id,
+                match=prepared.match,
+                messages=call.messages,
+                seq=event.seq,
+                kind=call.kind,
+                reply=assistant_reply(reply.text),
+                prompt_ids=prepared.prompt_ids,
+                delta_start=prepared.delta_start,
+                completion_ids=TokenIds(reply.output_ids),
+                finish_reason=reply.finish_reason,
+                image_json=tuple(prepared.image_data),
+            )
+            session.record(node, kind_given=call.kind_given)
+        self.metrics.recorded.inc(kind=call.kind.value)
+        if not call.kind_given:
+            self.metrics.missing_call_kind.inc()
+        self.metrics.overhead_ms.inc(event.gateway_ms)
+        self.metrics.engine_ms.inc(reply.engine_ms)
+        return node

@@ -1,0 +1,132 @@
+"""One episode's session: identity, training sampling defaults, the call tree, and what it answered.
+
+Pure state; the service serialises commits per session. ``seq`` is allocated only when a record is
+published, so the published records of an episode are gap-free even when a call fails.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from cua_stream.events import CallKind
+from cua_stream.gateway.calltree import CallNode, CallTree
+from cua_stream.gateway.refusal import bad_request
+
+
+class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Body of ``POST /sessions``."""
+
+    run_id: str
+    group_id: str
+    episode_id: str
+    sampling: dict[str, Any]
+    """Training sampling parameters (SGLang names): ``temperature`` is required; ``top_p``, ``top_k``,
+    ``min_p``, ``max_new_tokens``, ``stop``, ``stop_token_ids`` fill what a request omits."""
+    session_id: str | None = None
+    """Optional client-chosen id (URL-safe); a random one otherwise."""
+
+    def __post_init__(self) -> None:
+        # ValueError becomes msgspec.ValidationError, which the app answers with 400.
+        temperature = self.sampling.get("temperature")
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+            raise ValueError("sampling.temperature: the training temperature is required (a number >= 0)")
+        unknown = set(self.sampling) - TRAINING_SAMPLING_FIELDS
+        if unknown:
+            raise ValueError(f"sampling: unknown fields {sorted(unknown)}")
+        if self.session_id is not None and not _is_url_safe(self.session_id):
+            raise ValueError("session_id: use letters, digits, '-', '_' or '.' (at most 128)")
+
+
+TRAINING_SAMPLING_FIELDS = frozenset(
+    {"temperature", "top_p", "top_k", "min_p", "max_new_tokens", "stop", "stop_token_ids"}
+)
+
+
+def _is_url_safe(s: str) -> bool:
+    return 0 < len(s) <= 128 and all(c.isascii() and (c.isalnum() or c in "-_.") for c in s)
+
+
+@dataclass(eq=False)
+class Session:
+    session_id: str
+    run_id: str
+    group_id: str
+    episode_id: str
+    sampling: dict[str, Any]
+    created_at: float
+    tree: CallTree = field(default_factory=CallTree)
+    next_seq: int = 0
+    statuses: list[int] = field(default_factory=list)
+    """Every non-2xx status this session answered, in order (the producer puts them in the outcome)."""
+    calls_without_kind: int = 0
+    """Recorded calls whose request carried no ``cua_call_kind`` (recorded as agent turns)."""
+    kinds: Counter[str] = field(default_factory=Counter)
+
+    @classmethod
+    def create(cls, spec: SessionSpec, now: float) -> Session:
+        return cls(
+            session_id=spec.session_id or uuid.uuid4().hex,
+            run_id=spec.run_id,
+            group_id=spec.group_id,
+            episode_id=spec.episode_id,
+            sampling=dict(spec.sampling),
+            created_at=now,
+        )
+
+    @property
+    def temperature(self) -> float:
+        return float(self.sampling["temperature"])
+
+    def check_temperature(self, requested: Any) -> None:
+        """400 naming both values when a request's temperature differs from the training temperature."""
+        if requested is None:
+            return
+        if isinstance(requested, bool) or not isinstance(requested, (int, float)):
+            raise bad_request(f"temperature={requested!r} is not a number")
+        if not math.isclose(float(requested), self.temperature, rel_tol=0.0, abs_tol=1e-9):
+            raise bad_request(
+                f"temperature={requested} does not match the training session temperature={self.temperature}"
+            )
+
+    def record(self, node: CallNode, *, kind_given: bool) -> None:
+        self.next_seq = node.seq + 1
+        self.kinds[node.kind.value] += 1
+        if not kind_given:
+            self.calls_without_kind += 1
+
+    def summary(self) -> dict[str, Any]:
+        """What ``GET /sessions/{id}`` returns (besides the mismatch report)."""
+        return {
+            "session_id": self.session_id,
+            "run_id": self.run_id,
+            "group_id": self.group_id,
+            "episode_id": self.episode_id,
+            "sampling": self.sampling,
+            "n_calls": len(self.tree),
+            "n_turns": sum(n for k, n in self.kinds.items() if k in _TURN_KINDS),
+            "n_summaries": sum(n for k, n in self.kinds.items() if k not in _TURN_KINDS),
+            "statuses": list(self.statuses),
+            "calls_without_kind": self.calls_without_kind,
+            "calls": [
+                {
+                    "call_id": n.call_id,
+                    "parent_call_id": n.parent.call_id if n.parent else None,
+                    "seq": n.seq,
+                    "kind": n.kind.value,
+                    "finish_reason": n.finish_reason,
+                    "prompt_tokens": len(n.prompt_ids),
+                    "delta_prompt_tokens": len(n.prompt_ids) - n.delta_start,
+                    "completion_tokens": len(n.completion_ids),
+                }
+                for n in sorted(self.tree, key=lambda n: n.seq)
+            ],
+        }
+
+
+_TURN_KINDS = frozenset({CallKind.AGENT_TURN.value, CallKind.FINAL_ANSWER.value})

@@ -1,0 +1,144 @@
+"""The reference engine's SGLang-native endpoints over real HTTP: weight updates, pause/continue and the
+per-token version spans they produce, and its input checks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from cua_stream.engine.config import EngineConfig
+from tests.conftest import free_port
+from tests.integration.gateway_servers import serving, tiny_model_dir
+
+__all__ = ["tiny_model_dir"]  # fixture
+
+pytestmark = [pytest.mark.model, pytest.mark.anyio]
+
+PROMPT = "<|im_start|>user\nDescribe the desktop.<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def other_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from cua_stream.models.tiny import build_model
+
+    out = tmp_path_factory.mktemp("tiny-weights-v1")
+    build_model(seed=1).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def engine_url(tiny_model_dir: Path) -> Iterator[str]:
+    """An engine of its own (the tests change its weights), in this process."""
+    from cua_stream.engine.server import build_server
+
+    config = EngineConfig(model_path=str(tiny_model_dir), port=free_port(), debug_history=16)
+    with serving(build_server(config)):
+        yield f"http://127.0.0.1:{config.port}"
+
+
+async def generate(http: httpx.AsyncClient, **sampling: Any) -> dict[str, Any]:
+    body = {"text": PROMPT, "sampling_params": {"temperature": 1.0, **sampling}, "return_logprob": True}
+    r = await http.post("/generate", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_weight_update_mid_generation_splits_the_version_spans(
+    engine_url: str, tiny_model_dir: Path, other_weights: Path
+) -> None:
+    async with httpx.AsyncClient(base_url=engine_url, timeout=120) as http:
+        info = (await http.get("/get_model_info")).json()
+        assert info["weight_version"] == "0" and info["is_generation"] is True
+        assert (await http.get("/model_info")).json() == info
+        before = await generate(http, max_new_tokens=8, ignore_eos=True, sampling_seed=3)
+        assert before["meta_info"]["weight_versions"] == [{"version": "0", "start": 0, "end": 8}]
+
+        results: list[dict[str, Any]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def long_generation() -> None:
+                results.append(await generate(http, max_new_tokens=300, ignore_eos=True, sampling_seed=3))
+
+            tg.start_soon(long_generation)
+            await anyio.sleep(0.4)  # well into the decode loop
+            assert (await http.post("/pause_generation", json={"mode": "in_place"})).status_code == 200
+            update = {"model_path": str(other_weights), "weight_version": "1"}
+            r = await http.post("/update_weights_from_disk", json=update)
+            assert r.status_code == 200 and r.json()["success"] is True
+            assert (await http.post("/continue_generation", json={})).status_code == 200
+        (during,) = results
+        spans = during["meta_info"]["weight_versions"]
+        assert [s["version"] for s in spans] == ["0", "1"]
+        assert spans[0]["start"] == 0 and 0 < spans[0]["end"] == spans[1]["start"] < spans[1]["end"] == 300
+        assert during["meta_info"]["weight_version"] == "1"
+        assert len(during["meta_info"]["output_token_logprobs"]) == 300
+
+        after = await generate(http, max_new_tokens=8, ignore_eos=True, sampling_seed=3)
+        assert after["meta_info"]["weight_versions"] == [{"version": "1", "start": 0, "end": 8}]
+        assert after["meta_info"]["output_token_logprobs"] != before["meta_info"]["output_token_logprobs"]
+        assert (await http.get("/get_model_info")).json()["weight_version"] == "1"
+
+        missing = await http.post("/update_weights_from_disk", json={"model_path": "/nonexistent/weights"})
+        assert missing.status_code == 400 and missing.json()["success"] is False
+        restore = {"model_path": str(tiny_model_dir), "weight_version": "2"}
+        assert (await http.post("/update_weights_from_disk", json=restore)).json()["success"] is True
+
+
+async def test_pause_abort_ends_generation_and_new_requests_wait_for_continue(engine_url: str) -> None:
+    async with httpx.AsyncClient(base_url=engine_url, timeout=120) as http:
+        results: list[dict[str, Any]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def long_generation() -> None:
+                results.append(await generate(http, max_new_tokens=300, ignore_eos=True))
+
+            tg.start_soon(long_generation)
+            await anyio.sleep(0.4)
+            await http.post("/pause_generation", json={"mode": "abort"})
+        (aborted,) = results
+        finish = aborted["meta_info"]["finish_reason"]
+        assert finish["type"] == "abort" and finish["status_code"] == 503
+        assert 0 < len(aborted["output_ids"]) < 300
+
+        async with anyio.create_task_group() as tg:
+
+            async def queued() -> None:
+                results.append(await generate(http, max_new_tokens=4, ignore_eos=True))
+
+            tg.start_soon(queued)
+            await anyio.sleep(0.3)
+            assert len(results) == 1  # still waiting: generation is paused
+            await http.post("/continue_generation")
+        assert results[1]["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"input_ids": [[1, 2], [3]]}, "batches"),
+        ({"input_ids": [1, 151655, 2]}, "image pad"),
+        ({"input_ids": [1, 2], "sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty"),
+        ({"input_ids": [1, 2], "stream": True}, "stream"),
+        ({"input_ids": [1, 2], "image_data": ["%%%"]}, "image_data"),
+        ({"input_ids": [1, 2], "logprob_start_len": 0}, "logprob_start_len"),
+    ],
+)
+async def test_invalid_generate_requests_are_400(engine_url: str, body: dict[str, Any], needle: str) -> None:
+    async with httpx.AsyncClient(base_url=engine_url, timeout=60) as http:
+        r = await http.post("/generate", json=body)
+    assert r.status_code == 400 and needle in r.text
+
+
+async def test_a_sampling_seed_reproduces_a_generation(engine_url: str) -> None:
+    async with httpx.AsyncClient(base_url=engine_url, timeout=60) as http:
+        first = await generate(http, max_new_tokens=12, ignore_eos=True, sampling_seed=42)
+        again = await generate(http, max_new_tokens=12, ignore_eos=True, sampling_seed=42)
+        other = await generate(http, max_new_tokens=12, ignore_eos=True, sampling_seed=43)
+    assert first["output_ids"] == again["output_ids"]
+    assert first["meta_info"]["output_token_logprobs"] == again["meta_info"]["output_token_logprobs"]
+    assert other["output_ids"] != first["output_ids"]

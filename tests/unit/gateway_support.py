@@ -1,0 +1,132 @@
+"""Shared pieces of the gateway unit tests: the real Qwen tokenizer and processor (built once per
+session, offline), screenshots, and an in-memory scripted engine (unit tests only)."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from PIL import Image, ImageDraw
+
+from cua_stream.events import VersionSpan
+from cua_stream.gateway.engine_client import EngineReply, JsonStrings
+from cua_stream.gateway.rendering import Renderer
+
+
+@functools.cache
+def _qwen_processor() -> Any:
+    from cua_stream.models.tiny import build_processor, build_tokenizer
+
+    return build_processor(build_tokenizer())
+
+
+@pytest.fixture(scope="session")
+def qwen_processor() -> Any:
+    # Imported into several test modules, each of which gets its own fixture definition: the cache makes
+    # them share one build (5 s).
+    return _qwen_processor()
+
+
+@pytest.fixture(scope="session")
+def renderer(qwen_processor: Any) -> Renderer:
+    return Renderer(qwen_processor.tokenizer, qwen_processor.image_processor)
+
+
+def screenshot_bytes(i: int, size: tuple[int, int] = (320, 180), fmt: str = "WEBP") -> bytes:
+    """A distinct synthetic desktop frame: a coloured background and a 'window' that moves with ``i``."""
+    img = Image.new("RGB", size, ((37 * i) % 256, (91 * i + 40) % 256, 200))
+    draw = ImageDraw.Draw(img)
+    x = (i * 23) % max(1, size[0] - 60)
+    draw.rectangle([x, 20, x + 60, 60], fill=(250, 250, 250))
+    draw.text((x + 4, 30), f"step {i}", fill=(0, 0, 0))
+    buf = io.BytesIO()
+    img.save(buf, fmt, quality=80) if fmt == "WEBP" else img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def data_url(data: bytes, mime: str = "image/webp") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def screenshot_url(i: int, size: tuple[int, int] = (320, 180)) -> str:
+    return data_url(screenshot_bytes(i, size))
+
+
+def user_turn(text: str, image_url: str | None = None) -> dict[str, Any]:
+    """A user message the way computer-1 sends it: text part, then the screenshot as an image_url part."""
+    content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    if image_url is not None:
+        content.append({"type": "image_url", "image_url": {"url": image_url, "detail": "auto"}})
+    return {"role": "user", "content": content}
+
+
+@dataclass
+class EngineCall:
+    input_ids: list[int]
+    image_data: list[str]
+    sampling_params: dict[str, Any]
+    routing_key: str | None
+    rid: str | None
+
+
+@dataclass
+class ScriptedEngine:
+    """An in-memory engine: answers each call with the next scripted (finish_reason, text) or raises the
+    next scripted exception; the completion ids are the canonical tokenization of the text (plus
+    ``<|im_end|>`` on stop). Records what it was sent."""
+
+    renderer: Renderer
+    script: deque[Any] = field(default_factory=deque)
+    calls: list[EngineCall] = field(default_factory=list)
+    version: int = 3
+
+    def then(self, *items: Any) -> ScriptedEngine:
+        self.script.extend(items)
+        return self
+
+    async def generate(
+        self,
+        input_ids: list[int],
+        image_data: Sequence[str] | JsonStrings,
+        sampling_params: dict[str, Any],
+        *,
+        routing_key: str | None = None,
+        rid: str | None = None,
+    ) -> EngineReply:
+        # the gateway hands over JSON literals; the URLs are what an engine would decode them to
+        urls = image_data.decode() if isinstance(image_data, JsonStrings) else list(image_data)
+        self.calls.append(EngineCall(list(input_ids), urls, dict(sampling_params), routing_key, rid))
+        item = self.script.popleft() if self.script else ("stop", f"reply {len(self.calls)}")
+        if isinstance(item, BaseException):
+            raise item
+        finish, text = item
+        ids = self.renderer.encode(text)
+        if finish == "stop":
+            ids.append(self.renderer.im_end_id)
+        return EngineReply(
+            text=text,
+            output_ids=ids,
+            logprobs=[-0.25 - 0.01 * i for i in range(len(ids))],
+            finish_reason=finish,
+            abort_status=503 if finish == "abort" else None,
+            abort_message="aborted for a weight update",
+            weight_versions=(VersionSpan(version=self.version, start=0, end=len(ids)),),
+            prompt_tokens=len(input_ids),
+            engine_ms=1.0,
+            meta_info={},
+        )
+
+
+def chain(events: Iterator[Any] | list[Any]) -> dict[str, list[int]]:
+    """call_id → full ids (prompt + completion) rebuilt from events alone (parents before children)."""
+    full: dict[str, list[int]] = {}
+    for ev in sorted(events, key=lambda e: e.seq):
+        prefix = full[ev.parent_call_id] if ev.parent_call_id else []
+        full[ev.call_id] = [*prefix, *ev.prompt_ids, *ev.completion_ids]
+    return full

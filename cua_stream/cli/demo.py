@@ -1,38 +1,50 @@
-"""`cua-stream demo`: the embedded local demo (the README's main job).
-
-Today it brings up the local broker, creates the topics and follows them with the tap; each daemon that
-lands joins it (the scorer, the gateway and engine, producers and the trainer)."""
+"""`cua-stream demo`: the embedded local demo (the README's main job)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import anyio
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.config import BusConfig, build
+from cua_stream.config import BusConfig, build, state_dir
 from cua_stream.tap import follow
-from cua_stream.topics import ALL
+from cua_stream.topics import ALL, SCORES
+
+if TYPE_CHECKING:
+    from cua_stream.demo import DemoPlan
+    from cua_stream.events import OutcomeEvent, ScoreEvent
 
 out = Console(highlight=False)
 
 
 @friendly_errors
 def demo(
-    seconds: Annotated[
-        float | None, typer.Option(help="Stop after this many seconds (default: Ctrl-C).")
-    ] = None,
+    groups: Annotated[int, typer.Option(help="GRPO groups to run.")] = 2,
+    group_size: Annotated[int, typer.Option(help="Episodes per group.")] = 3,
+    turns: Annotated[int, typer.Option(help="Turns per episode.")] = 3,
+    follow_after: Annotated[
+        float, typer.Option("--follow", help="Keep tapping this many seconds after the run (Ctrl-C stops).")
+    ] = 0.0,
+    engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
+    gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
     keep_broker: Annotated[bool, typer.Option(help="Leave the broker running afterwards.")] = True,
     config: ConfigFile = None,
 ) -> None:
-    """Start the local broker, create the topics, and tap every topic live."""
+    """Broker, topics, engine + gateway (tiny Qwen3-VL), scorer and a live tap; then GRPO groups of
+    episodes flow through them and every event prints as it lands."""
+    from cua_stream.demo import DemoPlan, child, tiny_model_dir
+
+    plan = DemoPlan(groups=groups, group_size=group_size, turns=turns)
     file_data = load_file(config)
     broker = LocalBroker(build(BrokerConfig, "broker", file_data=file_data))
-    out.print("[bold]1/3[/bold] starting the local Kafka broker (first run downloads ~45 MB of jars)...")
+    step = _Steps(6)
+    step("starting the local Kafka broker (the first run downloads ~45 MB of jars)")
     out.print("    " + broker.start().describe())
     bus = build(
         BusConfig,
@@ -40,21 +52,99 @@ def demo(
         file_data=file_data,
         overrides={"bootstrap_servers": broker.config.bootstrap_servers},
     )
+    logs = state_dir() / "demo-logs"
 
-    async def go() -> None:
+    async def topics() -> None:
         async with TopicAdmin(bus) as admin:
             created = await admin.create()
-        out.print(
-            f"[bold]2/3[/bold] topics under '{bus.topic_prefix}.': {len(created)} created, the rest existed"
-        )
-        out.print("[bold]3/3[/bold] tapping every topic (Ctrl-C to stop):")
-        with anyio.move_on_after(seconds if seconds is not None else float("inf")):
-            await follow(bus, list(ALL), emit=lambda line: out.print("    " + line, markup=False))
+        out.print(f"    topics under '{bus.topic_prefix}.': {len(created)} created, the rest existed")
 
+    step("creating the topics")
+    anyio.run(topics)
+    step("building the tiny Qwen3-VL (once; cached)")
+    model = tiny_model_dir()
+    out.print(f"    {model}")
+    engine_url, gateway_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}"
+    step(f"starting the reference engine and the session gateway (logs in {logs})")
+    engine_args = ["engine", str(model), "--port", str(engine_port)]
+    gateway_args = [
+        "gateway",
+        "--model-path",
+        str(model),
+        "--engine-url",
+        engine_url,
+        "--port",
+        str(gateway_port),
+    ]
+    gateway_args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix]
     try:
-        anyio.run(go)
+        with (
+            child(engine_args, f"{engine_url}/health", logs / "engine.log"),
+            child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"),
+        ):
+            anyio.run(_run, bus, gateway_url, plan, follow_after, step)
     except KeyboardInterrupt:
         pass
     finally:
         if not keep_broker:
             broker.stop()
+
+
+class _Steps:
+    def __init__(self, total: int) -> None:
+        self.total, self.n = total, 0
+
+    def __call__(self, what: str) -> None:
+        self.n += 1
+        out.print(f"[bold]{self.n}/{self.total}[/bold] {what}")
+
+
+async def _run(bus: BusConfig, gateway_url: str, plan: DemoPlan, follow_after: float, step: _Steps) -> None:
+    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from cua_stream.bus.reader import scan
+    from cua_stream.demo import drive
+
+    scorer = Scorer(ScorerConfig(bus=bus))  # aiokafka clients are built inside the running loop
+    async with anyio.create_task_group() as tg:
+        await tg.start(scorer.run)
+        tg.start_soon(
+            lambda: follow(
+                bus, list(ALL), emit=lambda line: out.print("    " + line, markup=False, soft_wrap=True)
+            )
+        )
+        step(
+            f"running {plan.groups} group(s) x {plan.group_size} episode(s) x {plan.turns} turn(s); tapping every topic"
+        )
+        outcomes = await drive(bus, gateway_url, plan, lambda s: out.print(f"    [dim]{s}[/dim]"))
+        wanted = {o.episode_id for o in outcomes}
+        with anyio.fail_after(60):
+            while True:
+                scores = {
+                    d.event.episode_id: d.event
+                    async for d in scan(bus, SCORES)
+                    if d.event.episode_id in wanted
+                }
+                if len(scores) == len(wanted):
+                    break
+                await anyio.sleep(0.5)
+        await anyio.sleep(1.0)  # let the tap print the last scores
+        _summary(outcomes, scores)
+        if follow_after:
+            await anyio.sleep(follow_after)
+        tg.cancel_scope.cancel()
+
+
+def _summary(outcomes: list[OutcomeEvent], scores: dict[str, ScoreEvent]) -> None:
+    table = Table("episode", "calls", "outcome", "score")
+    for o in sorted(outcomes, key=lambda o: o.episode_id):
+        verdict = scores[o.episode_id].verdict
+        shown = (
+            f"discard: {verdict.reason}"
+            if verdict.__struct_config__.tag == "discard"
+            else f"{verdict.value:.2f} ({verdict.reason})"
+        )
+        end = f"{o.exception.type}" if o.exception else f"rewards={o.rewards}"
+        table.add_row(o.episode_id, str(o.n_calls), end, shown)
+    out.print(table)
+    out.print("Replay any of it: [bold]cua-stream replay --topic turns -o turns.jsonl[/bold]; "
+              "follow it live: [bold]cua-stream tap[/bold]")  # fmt: skip

@@ -46,6 +46,9 @@ class CallNode:
     path_key: int
     image_json: tuple[bytes, ...] = ()
     """Every image of the prompt as a JSON string literal, in prompt order (for the engine request)."""
+    ids_json: tuple[bytes, ...] = ()
+    """The full ids (prompt + completion) as JSON, one fragment per call of the lineage (for the engine
+    request; see ``engine_client.JsonIds``)."""
     children: list[CallNode] = field(default_factory=list)
 
     @property
@@ -129,6 +132,7 @@ class CallTree:
         completion_ids: TokenIds,
         finish_reason: str,
         image_json: tuple[bytes, ...] = (),
+        ids_json: tuple[bytes, ...] = (),
     ) -> CallNode:
         path_len = len(messages) + 1
         node = CallNode(
@@ -145,6 +149,7 @@ class CallTree:
             path_len=path_len,
             path_key=hash((match.keys[len(messages)], reply.cheap_key())),
             image_json=image_json,
+            ids_json=ids_json,
         )
         self.nodes[call_id] = node
         if match.parent is None:

@@ -18,8 +18,10 @@ from typing import Any
 import msgspec
 
 from cua_stream.events import CALL_KIND_FIELD, CallKind
+from cua_stream.gateway import request_prefix
 from cua_stream.gateway.messages import Message, WireMessage, canonical_messages
 from cua_stream.gateway.refusal import bad_request
+from cua_stream.gateway.request_prefix import KnownRequest, Layout
 from cua_stream.gateway.session import Session
 
 # Fields that smuggle token-level control past the gateway (Miles' request contract refuses the same).
@@ -47,6 +49,9 @@ class ChatCall:
     """SGLang ``sampling_params`` for the engine (training defaults filled in)."""
     stream: bool
     model: str
+    known: KnownRequest | None = None
+    """This request's messages with their bytes, to read the session's next request faster (None when
+    the body was not raw JSON or its messages could not be located)."""
 
 
 class ChatBody(msgspec.Struct):
@@ -97,7 +102,7 @@ def decode_body(raw: bytes | dict[str, Any]) -> ChatBody:
 
 
 def parse_chat_request(raw: bytes | dict[str, Any], session: Session) -> ChatCall:
-    body = decode_body(raw)
+    body, layout = _decode(raw, session.known_request)
     for name in FORBIDDEN_FIELDS:
         if getattr(body, name) is not None:
             raise bad_request(f"{name}: the session gateway owns the token ids; clients may not supply them")
@@ -110,14 +115,44 @@ def parse_chat_request(raw: bytes | dict[str, Any], session: Session) -> ChatCal
         raise bad_request("response_format: constrained decoding is not supported by the session gateway")
     session.check_temperature(body.temperature)
     kind, kind_given = _call_kind(body.cua_call_kind)
+    if layout is None:
+        messages, known = canonical_messages(body.messages), None
+    else:
+        new = canonical_messages(body.messages, first_index=len(layout.prefix))
+        messages = layout.prefix + new
+        assert isinstance(raw, bytes)
+        known = layout.remember(raw, new)
     return ChatCall(
-        messages=canonical_messages(body.messages),
+        messages=messages,
         kind=kind,
         kind_given=kind_given,
         sampling=_sampling(body, session),
         stream=bool(body.stream),
         model=str(body.model or ""),
+        known=known,
     )
+
+
+def _decode(raw: bytes | dict[str, Any], known: KnownRequest | None) -> tuple[ChatBody, Layout | None]:
+    """The body, read past the messages it shares with the session's previous request when it can be
+    (``request_prefix``), and where its messages are (None when they cannot be located)."""
+    if not isinstance(raw, bytes):
+        return decode_body(raw), None
+    cut = request_prefix.split(raw, known)
+    if cut is not None:
+        try:
+            body = _decoder.decode(cut.spliced)
+        except (msgspec.ValidationError, msgspec.DecodeError):
+            pass  # decoded in full below, so that the refusal names the positions of the original body
+        else:
+            layout = cut.layout(raw)
+            if layout is not None and body.messages is not None and len(body.messages) == len(layout.ends):
+                return body, layout
+    body = decode_body(raw)
+    layout = request_prefix.layout_of(raw) if body.messages is not None else None
+    if layout is not None and len(layout.ends) != len(body.messages or ()):
+        layout = None
+    return body, layout
 
 
 def _call_kind(raw: Any) -> tuple[CallKind, bool]:

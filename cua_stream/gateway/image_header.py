@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import struct
 
+SHORT_HEAD = 64
+"""Enough bytes for the size of a WebP, PNG or GIF (fixed offsets below 30); a JPEG's may come after
+metadata. ``dimensions`` of a prefix of at least this many bytes is None or the whole file's answer (it
+reads fixed offsets below 30, or walks JPEG markers only as far as the prefix goes), so a caller may try
+a short head first and a longer one only when that says None."""
+
 # JPEG start-of-frame markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) share the range.
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 

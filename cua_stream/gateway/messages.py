@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import binascii
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -75,6 +75,15 @@ Part = str | ImagePart
 class Message:
     role: str
     parts: tuple[Part, ...]
+    _key: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Computed once: a message of the history is matched again on every later turn, and the
+        # request-prefix reuse hands the same Message objects to those turns.
+        key = hash(
+            (self.role, *(p if isinstance(p, str) else (len(p.json), p.json[-_TAIL:]) for p in self.parts))
+        )
+        object.__setattr__(self, "_key", key)
 
     @property
     def text(self) -> str:
@@ -86,9 +95,7 @@ class Message:
     def cheap_key(self) -> int:
         """A hash that is cheap for large images (length and tail of the URL); equal messages have equal
         keys, and candidates with equal keys are then compared in full."""
-        return hash(
-            (self.role, *(p if isinstance(p, str) else (len(p.json), p.json[-_TAIL:]) for p in self.parts))
-        )
+        return self._key
 
     def for_template(self) -> dict[str, Any]:
         content = [
@@ -131,10 +138,14 @@ def parse_messages(raw: Any) -> tuple[Message, ...]:
     return canonical_messages(wire)
 
 
-def canonical_messages(wire: list[WireMessage] | None) -> tuple[Message, ...]:
+def canonical_messages(wire: list[WireMessage] | None, *, first_index: int = 0) -> tuple[Message, ...]:
+    """``wire`` in canonical form; ``first_index`` is the position of ``wire[0]`` in the request (when
+    the messages before it were read from an earlier request: see ``request_prefix``)."""
     if not wire:
-        raise bad_request("messages: expected a non-empty list")
-    return tuple(_canonical(i, m) for i, m in enumerate(wire))
+        if first_index == 0:
+            raise bad_request("messages: expected a non-empty list")
+        return ()
+    return tuple(_canonical(first_index + i, m) for i, m in enumerate(wire))
 
 
 def _canonical(index: int, raw: WireMessage) -> Message:

@@ -4,10 +4,11 @@ injected; the TITO decisions live in the pure modules it calls.
 The chat path, in order:
 
 1. Refuse early: unknown session (404), draining (503, after holding the call up to ``drain_hold_s``
-   for the weight update to finish), invalid request or temperature (400).
+   for the weight update to finish), invalid request or temperature (400). The body is read past
+   the messages it shares byte for byte with the session's previous request (request_prefix).
 2. Match the parent call (calltree); refuse to extend a reply cut by length (409).
 3. Render only the new part (rendering): the parent's exact ids + glue + appended messages.
-4. Call the engine's /generate. A non-2xx reply is passed through, an unreachable engine is 503, an
+4. Call the engine's /generate (the history's ids and images go in as the parent's JSON). A non-2xx reply is passed through, an unreachable engine is 503, an
    invalid reply 502, an aborted generation 503: none of them is recorded.
 5. Store new images in the blob store (in a worker thread, during the engine call), then, under the
    session's lock, take the next ``seq``, publish the record and wait until it is durable, and only
@@ -24,7 +25,6 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import anyio
@@ -42,6 +42,7 @@ from cua_stream.gateway.engine_client import (
     EngineProtocolError,
     EngineReply,
     EngineUnavailable,
+    JsonIds,
     JsonStrings,
 )
 from cua_stream.gateway.messages import assistant_reply
@@ -50,7 +51,7 @@ from cua_stream.gateway.mismatch import tree_report
 from cua_stream.gateway.openai_format import completion_body, error_body, stream_body
 from cua_stream.gateway.records import build_record, topic_for
 from cua_stream.gateway.refusal import Refusal
-from cua_stream.gateway.rendering import RenderedDelta, Renderer
+from cua_stream.gateway.rendering import PreparedImage, RenderedDelta, Renderer
 from cua_stream.gateway.session import Session, SessionSpec
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,8 @@ class Prepared:
     delta: RenderedDelta
     prompt_ids: TokenIds
     delta_start: int
+    prompt_json: JsonIds
+    """``prompt_ids`` as the engine gets them (the history's are the parent's already-encoded ones)."""
     image_data: JsonStrings
     """Every image of the prompt, in prompt order (the engine needs them all); the history's are the
     parent's already-encoded ones."""
@@ -117,7 +120,8 @@ class Gateway:
         if session.session_id in self.sessions:
             raise Refusal(409, f"session {session.session_id} already exists", code="session_exists")
         self.sessions[session.session_id] = session
-        self._locks[session.session_id] = anyio.Lock()
+        # fast_acquire: an uncontended lock (the usual case) costs no trip through the event loop.
+        self._locks[session.session_id] = anyio.Lock(fast_acquire=True)
         return session
 
     def get_session(self, session_id: str) -> Session:
@@ -189,6 +193,7 @@ class Gateway:
             call = parse_chat_request(body, session)
         except Refusal as r:
             return _refusal_reply(r)
+        session.known_request = call.known
         self.in_flight += 1
         try:
             return await self._generate_and_record(session, call, started_at, t0)
@@ -220,10 +225,11 @@ class Gateway:
             call.messages[match.start :], after_completion=parent.completion_ids if parent else None
         )
         if parent is None:
-            prompt_ids, delta_start = delta.ids, 0
+            prompt_ids, delta_start, before = delta.ids, 0, None
         else:
             prompt_ids = parent.full_ids()
             delta_start = len(prompt_ids)
+            before = JsonIds(parent.ids_json, delta_start)
             prompt_ids.extend(delta.ids)
         return Prepared(
             call_id=uuid.uuid4().hex,
@@ -232,6 +238,7 @@ class Gateway:
             delta=delta,
             prompt_ids=prompt_ids,
             delta_start=delta_start,
+            prompt_json=JsonIds.of(delta.ids, before),
             image_data=JsonStrings(
                 (parent.image_json if parent else ())
                 + tuple(p.json for m in call.messages[match.start :] for p in m.images())
@@ -268,44 +275,55 @@ class Gateway:
     ) -> tuple[EngineReply, tuple[ImageRef, ...]]:
         """Step 4, with step 5's image work (full decode, hash, blob write) done in a worker thread while
         the engine generates: the images are durable before the record is published, and their cost
-        adds no latency to the turn."""
-        refs: list[ImageRef] = []
-        store_error: list[Exception] = []
-        engine_error: list[Exception] = []
+        adds no latency to the turn. The image work always ends before this returns or raises; an engine
+        error takes precedence over a storage error."""
+        images = prepared.delta.images
+        refs: tuple[ImageRef, ...] = ()
+        store_error: Exception | None = None
+        engine_error: Exception | None = None
         reply: EngineReply | None = None
 
-        def store() -> None:
+        async def store() -> None:
+            nonlocal refs, store_error
             try:
-                for image in prepared.delta.images:
-                    data, ref = image.stored()
-                    self.blobs.put(data)
-                    refs.append(ref)
+                refs = await anyio.to_thread.run_sync(self._store, images)
             except (OSError, Refusal) as e:
-                store_error.append(e)
+                store_error = e
 
+        # A task group (not a stray task): the image work ends before this returns or raises, also when
+        # the request is cancelled. Engine errors are raised after it, outside the group.
         async with anyio.create_task_group() as tg:
-            if prepared.delta.images:
-                tg.start_soon(partial(anyio.to_thread.run_sync, store))
+            if images:
+                tg.start_soon(store)
             try:
                 reply = await self.engine.generate(
-                    prepared.prompt_ids.tolist(),
+                    prepared.prompt_json,
                     prepared.image_data,
                     prepared.call.sampling,
                     routing_key=session.session_id,
                     rid=prepared.call_id,
                 )
             except (EngineHTTPError, EngineUnavailable, EngineProtocolError) as e:
-                engine_error.append(e)  # raised after the image work ends, outside the task group
-        if engine_error:
-            raise engine_error[0]
-        if store_error:
-            error = store_error[0]
-            if isinstance(error, Refusal):  # bytes past the header are not base64
-                raise error
-            log.error("blob store write failed: %s", error)
-            raise Refusal(503, f"the screenshots could not be stored ({error})", code="blob_store")
+                engine_error = e
+        if engine_error is not None:
+            raise engine_error
+        if store_error is not None:
+            if isinstance(store_error, Refusal):  # bytes past the header are not base64
+                raise store_error
+            log.error("blob store write failed: %s", store_error)
+            raise Refusal(503, f"the screenshots could not be stored ({store_error})", code="blob_store")
         assert reply is not None
-        return reply, tuple(refs)
+        return reply, refs
+
+    def _store(self, images: tuple[PreparedImage, ...]) -> tuple[ImageRef, ...]:
+        """Decode, hash and store the new images (in a worker thread). A Refusal: bytes past the header
+        are not base64."""
+        refs: list[ImageRef] = []
+        for image in images:
+            data, ref = image.stored()
+            self.blobs.put(data)
+            refs.append(ref)
+        return tuple(refs)
 
     def record_of(
         self,
@@ -362,6 +380,7 @@ class Gateway:
                 completion_ids=TokenIds(reply.output_ids),
                 finish_reason=reply.finish_reason,
                 image_json=tuple(prepared.image_data),
+                ids_json=JsonIds.of(reply.output_ids, prepared.prompt_json).fragments,
             )
             session.record(node, kind_given=call.kind_given)
         self.metrics.recorded.inc(kind=call.kind.value)

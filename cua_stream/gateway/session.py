@@ -17,6 +17,7 @@ import msgspec
 from cua_stream.events import CallKind
 from cua_stream.gateway.calltree import CallNode, CallTree
 from cua_stream.gateway.refusal import bad_request
+from cua_stream.gateway.request_prefix import KnownRequest
 
 
 class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -67,6 +68,8 @@ class Session:
     calls_without_kind: int = 0
     """Recorded calls whose request carried no ``cua_call_kind`` (recorded as agent turns)."""
     kinds: Counter[str] = field(default_factory=Counter)
+    known_request: KnownRequest | None = None
+    """The last request read, with its bytes: the next one is read past the messages they share."""
 
     @classmethod
     def create(cls, spec: SessionSpec, now: float) -> Session:

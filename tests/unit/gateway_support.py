@@ -15,7 +15,7 @@ import pytest
 from PIL import Image, ImageDraw
 
 from cua_stream.events import VersionSpan
-from cua_stream.gateway.engine_client import EngineReply, JsonStrings
+from cua_stream.gateway.engine_client import EngineReply, JsonIds, JsonStrings
 from cua_stream.gateway.rendering import Renderer
 
 
@@ -92,7 +92,7 @@ class ScriptedEngine:
 
     async def generate(
         self,
-        input_ids: list[int],
+        input_ids: list[int] | JsonIds,
         image_data: Sequence[str] | JsonStrings,
         sampling_params: dict[str, Any],
         *,
@@ -101,7 +101,8 @@ class ScriptedEngine:
     ) -> EngineReply:
         # the gateway hands over JSON literals; the URLs are what an engine would decode them to
         urls = image_data.decode() if isinstance(image_data, JsonStrings) else list(image_data)
-        self.calls.append(EngineCall(list(input_ids), urls, dict(sampling_params), routing_key, rid))
+        sent = input_ids.decode() if isinstance(input_ids, JsonIds) else list(input_ids)
+        self.calls.append(EngineCall(sent, urls, dict(sampling_params), routing_key, rid))
         item = self.script.popleft() if self.script else ("stop", f"reply {len(self.calls)}")
         if isinstance(item, BaseException):
             raise item

@@ -11,7 +11,7 @@ from PIL import Image
 from cua_stream.config import ConfigError, Secret, build
 from cua_stream.engine.config import EngineConfig
 from cua_stream.gateway.config import GatewayConfig
-from cua_stream.gateway.image_header import dimensions
+from cua_stream.gateway.image_header import SHORT_HEAD, dimensions
 from cua_stream.models.tiny import QWEN_ADDED_TOKENS, VOCAB_SIZE
 from tests.unit.gateway_support import qwen_processor
 
@@ -44,6 +44,27 @@ def test_header_dimensions_agree_with_pillow(
 ) -> None:
     data = encoded(size, fmt, **options)
     assert dimensions(data) == Image.open(io.BytesIO(data)).size == size
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options"),
+    [
+        ("WEBP", {"quality": 80}),
+        ("WEBP", {"lossless": True}),
+        ("WEBP", {"quality": 80, "exif": b"Exif\x00\x00MM\x00*\x00\x00\x00\x08\x00\x00"}),
+        ("PNG", {}),
+        ("JPEG", {"quality": 85}),
+        ("JPEG", {"quality": 85, "exif": b"Exif\x00\x00" + bytes(3000)}),  # the size after 3 KB
+        ("GIF", {}),
+    ],
+)
+def test_a_short_head_gives_the_size_or_nothing(fmt: str, options: dict[str, Any]) -> None:
+    # The renderer reads SHORT_HEAD bytes first and more only when they do not reach the size.
+    data = encoded((1280, 720), fmt, **options)
+    for n in range(SHORT_HEAD, min(len(data), 4000) + 1):
+        assert dimensions(data[:n]) in (None, (1280, 720)), n
+    if fmt != "JPEG":
+        assert dimensions(data[:SHORT_HEAD]) == (1280, 720)
 
 
 def test_unknown_formats_fall_back() -> None:

@@ -14,13 +14,9 @@ being cut at the token cap; random weights make that a coin flip, which is all a
 from __future__ import annotations
 
 import io
-import os
 import random
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,40 +47,6 @@ def tiny_model_dir() -> Path:
 
         make_tiny_model(path)
     return path
-
-
-@contextmanager
-def child(args: list[str], health_url: str, log: Path, timeout_s: float = 180.0) -> Iterator[None]:
-    """Run ``cua-stream <args>`` until the block ends; wait for ``health_url`` to answer 200 first."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cua_stream", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=os.environ.copy(),
-        )
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"`cua-stream {args[0]}` exited ({proc.returncode}); see {log}")
-            try:
-                if httpx.get(health_url, timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"`cua-stream {args[0]}` not healthy after {timeout_s:.0f}s; see {log}")
-            time.sleep(0.25)
-        yield
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def screenshot(step: int, rng: random.Random) -> bytes:

@@ -38,7 +38,8 @@ def demo(
 ) -> None:
     """Broker, topics, engine + gateway (tiny Qwen3-VL), scorer and a live tap; then GRPO groups of
     episodes flow through them and every event prints as it lands."""
-    from cua_stream.demo import DemoPlan, child, tiny_model_dir
+    from cua_stream.demo import DemoPlan, tiny_model_dir
+    from cua_stream.procs import child
 
     plan = DemoPlan(groups=groups, group_size=group_size, turns=turns)
     file_data = load_file(config)

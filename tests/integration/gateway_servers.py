@@ -21,6 +21,7 @@ import uvicorn
 
 from cua_stream.config import BusConfig
 from cua_stream.gateway.config import GatewayConfig
+from cua_stream.procs import child
 from tests.conftest import free_port
 
 ENGINE_START_S = 180.0
@@ -56,35 +57,10 @@ class EngineProcess:
 def engine(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[EngineProcess]:
     port = free_port()
     log = tmp_path_factory.mktemp("engine") / "engine.log"
-    cmd = [sys.executable, "-m", "cua_stream", "engine", str(tiny_model_dir), "--port", str(port)]
-    cmd += ["--debug-history", "1024", "--seed", "7"]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, log)
+    args = ["engine", str(tiny_model_dir), "--port", str(port), "--debug-history", "1024", "--seed", "7"]
+    with child(args, f"{url}/health", log, timeout_s=ENGINE_START_S):
         yield EngineProcess(url, tiny_model_dir)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + ENGINE_START_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"engine exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError(f"engine not healthy after {ENGINE_START_S} s:\n{log.read_text()[-4000:]}")
 
 
 @contextmanager

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +21,7 @@ from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.reader import read_events
 from cua_stream.config import BusConfig
 from cua_stream.events import CallKind, SummaryEvent, TurnEvent
+from cua_stream.procs import child
 from cua_stream.topics import SUMMARIES, TURNS
 from tests.conftest import free_port
 from tests.integration.gateway_servers import (
@@ -32,7 +30,6 @@ from tests.integration.gateway_servers import (
     engine,
     gateway,
     tiny_model_dir,
-    wait_healthy,
 )
 from tests.unit.gateway_support import chain, screenshot_url, user_turn
 
@@ -101,19 +98,18 @@ async def assert_chains_into_engine_io(events: list[Any], engine: EngineProcess)
 def gateway_cli(engine: EngineProcess, bus: BusConfig, tmp_path: Path) -> Iterator[GatewayProcess]:
     """``cua-stream gateway`` as its own process, as an operator would run it."""
     port = free_port()
-    cmd = [sys.executable, "-m", "cua_stream", "gateway", "--model-path", str(engine.model_dir)]
-    cmd += ["--engine-url", engine.url, "--port", str(port), "--blob-dir", str(tmp_path / "blobs")]
-    cmd += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix]
-    log = tmp_path / "gateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy())
+    args = ["gateway", "--model-path", str(engine.model_dir), "--engine-url", engine.url, "--port", str(port)]
+    args += [
+        "--blob-dir",
+        str(tmp_path / "blobs"),
+        "--bootstrap",
+        bus.bootstrap_servers,
+        "--prefix",
+        bus.topic_prefix,
+    ]
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc, log)
+    with child(args, f"{url}/health", tmp_path / "gateway.log"):
         yield GatewayProcess(url, tmp_path / "blobs", bus)
-    finally:
-        proc.terminate()
-        proc.wait(60)
 
 
 async def test_six_computer1_turns_chain_exactly_into_the_engine_io(

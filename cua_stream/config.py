@@ -148,7 +148,7 @@ def _dec_hook(typ: type, obj: Any) -> Any:
     # msgspec does not build str subclasses by itself; config fields typed ``Secret`` need this.
     if typ is Secret and isinstance(obj, str):
         return Secret(obj)
-    raise NotImplementedError(f"cannot build {typ.__name__} from {type(obj).__name__}")
+    raise TypeError(f"cannot build {typ.__name__} from {type(obj).__name__}")
 
 
 def _name_field(section: str, message: str) -> str:

@@ -18,13 +18,12 @@ import msgspec
 import platformdirs
 import yaml
 
+from cua_stream.errors import ConfigError
 from cua_stream.topics import Topics
 
+__all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "read_file"]
+
 ENV_PREFIX = "CUA_"
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing or invalid; the message names the field."""
 
 
 class Secret(str):

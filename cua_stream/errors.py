@@ -1,8 +1,18 @@
-"""One error hierarchy and one policy table: what each failure means for the record being processed.
+"""One error hierarchy and one policy table: what each failure means for the record or request at hand.
 
-``POLICY`` maps each error class to an ``Action``: retry the operation, dead-letter the record and carry
-on, or crash the process (a supervisor restarts it and it resumes from its committed offsets). A test
-walks the hierarchy and finds every class in the table.
+Every error class cua-stream raises on purpose is defined here (the modules that raise them import them
+from here), and ``POLICY`` maps each one to an ``Action``:
+
+- ``retry``: the operation may succeed later (a broker or engine that is down); back off and try again.
+- ``dead_letter``: this record can never be processed; it goes to the DLQ with the error's ``reason``,
+  and the stage carries on with the next record.
+- ``refuse``: this HTTP request is answered with the error's status and nothing is recorded; the
+  service carries on.
+- ``crash``: the process cannot go on correctly (bad config, corrupted state); it exits with a one-line
+  error, and a supervisor restarts it from its committed offsets.
+
+The bus consults the table (``action_for``) for every failure while handling a record, so the table
+decides, and a test walks the hierarchy and finds every class in it.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ import enum
 class Action(enum.StrEnum):
     RETRY = "retry"
     DEAD_LETTER = "dead_letter"
+    REFUSE = "refuse"
     CRASH = "crash"
 
 
@@ -20,6 +31,9 @@ class CuaError(Exception):
     """Base of cua-stream's own errors."""
 
     retriable: bool = False
+
+
+# -- records ----------------------------------------------------------------------------------------
 
 
 class RecordError(CuaError):
@@ -46,6 +60,21 @@ class UnexpectedRecordType(RecordError):
     reason = "unexpected_type"
 
 
+class InvalidIdentity(RecordError):
+    """An episode record with an empty run, group or episode id: it cannot be joined or deduplicated."""
+
+    reason = "invalid_identity"
+
+
+class TransformFailed(RecordError):
+    """A stage's handler raised on this record (which decoded fine); the message names the exception."""
+
+    reason = "transform_error"
+
+
+# -- blobs ------------------------------------------------------------------------------------------
+
+
 class BlobError(CuaError):
     """Base of blob-store errors."""
 
@@ -58,6 +87,9 @@ class BlobCorrupted(BlobError):
     """The stored bytes no longer hash to their name."""
 
 
+# -- infrastructure and configuration ----------------------------------------------------------------
+
+
 class BrokerError(CuaError):
     """The local Kafka broker could not be set up, started or stopped; the message says what to do."""
 
@@ -68,23 +100,111 @@ class BusUnavailable(CuaError):
     retriable = True
 
 
+class TopicMissing(CuaError):
+    """A topic a daemon needs does not exist (wrong prefix, or ``cua-stream topics create`` not run)."""
+
+
+class UnknownTopicError(CuaError, KeyError):
+    """A topic name that is not in the registry (the message lists the known ones)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigError(CuaError, ValueError):
+    """A configuration value is missing or invalid; the message names the field."""
+
+
+class PromptTemplateChanged(CuaError, RuntimeError):
+    """Harbor's computer-1 prompt no longer has the sentences the binding rewrites."""
+
+
+class CoordinateError(CuaError, ValueError):
+    """An action's coordinates are incomplete or malformed (the model sees it as a parse error)."""
+
+
+# -- the engine and the gateway (HTTP) -----------------------------------------------------------------
+
+
+class ImageDataError(CuaError, ValueError):
+    """An image in a request is not strict base64, not an image, or over the pixel limit (HTTP 400)."""
+
+
+class EngineInputError(CuaError, ValueError):
+    """A /generate request's ids or images are inconsistent or invalid (HTTP 400); the message says how."""
+
+
+class SamplingError(EngineInputError):
+    """An invalid or unsupported sampling parameter; the message names it (HTTP 400)."""
+
+
+class Refusal(CuaError):
+    """A request the gateway will not serve. ``status`` is the HTTP code; ``message`` names the field or
+    the values involved. Refusals are answered, counted in the session's statuses, and never recorded."""
+
+    def __init__(self, status: int, message: str, *, code: str = "invalid_request") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+
+
+class EngineHTTPError(CuaError):
+    """The engine answered non-2xx: passed on to the client with its status, and not recorded."""
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        super().__init__(f"engine answered {status}")
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+
+
+class EngineUnavailable(CuaError):
+    """The engine could not be reached or timed out (the client gets 503: not the policy's doing)."""
+
+    retriable = True
+
+
+class EngineProtocolError(CuaError):
+    """The engine's reply is not a valid /generate response (the client gets 502)."""
+
+
 POLICY: dict[type[CuaError], Action] = {
     CuaError: Action.CRASH,
     RecordError: Action.DEAD_LETTER,
     UndecodableRecord: Action.DEAD_LETTER,
     UnknownSchema: Action.DEAD_LETTER,
     UnexpectedRecordType: Action.DEAD_LETTER,
+    InvalidIdentity: Action.DEAD_LETTER,
+    TransformFailed: Action.DEAD_LETTER,
     BlobError: Action.CRASH,
     BlobNotFound: Action.DEAD_LETTER,
     BlobCorrupted: Action.CRASH,
     BrokerError: Action.CRASH,
     BusUnavailable: Action.RETRY,
+    TopicMissing: Action.CRASH,
+    UnknownTopicError: Action.CRASH,
+    ConfigError: Action.CRASH,
+    PromptTemplateChanged: Action.CRASH,
+    CoordinateError: Action.REFUSE,
+    ImageDataError: Action.REFUSE,
+    EngineInputError: Action.REFUSE,
+    SamplingError: Action.REFUSE,
+    Refusal: Action.REFUSE,
+    EngineHTTPError: Action.REFUSE,
+    EngineUnavailable: Action.RETRY,
+    EngineProtocolError: Action.REFUSE,
 }
 
 
 def action_for(error: BaseException) -> Action:
-    """The policy for ``error``: its most specific class in the table; unknown errors crash."""
+    """The policy for ``error``: its most specific class in the table; errors that are not ours crash."""
     for cls in type(error).__mro__:
         if cls in POLICY:
             return POLICY[cls]  # type: ignore[index]
     return Action.CRASH
+
+
+def reason_of(error: BaseException) -> str:
+    """The dead-letter reason for ``error`` (a RecordError's own, else ``transform_error``)."""
+    return error.reason if isinstance(error, RecordError) else TransformFailed.reason

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from cua_stream.errors import UnknownTopicError
 from cua_stream.events import (
     DeadLetter,
     Event,
@@ -79,10 +80,6 @@ DLQ = TopicSpec(
 
 ALL: tuple[TopicSpec, ...] = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, POLICY, TRAIN_STEPS, DLQ)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL}
-
-
-class UnknownTopicError(KeyError):
-    """A topic name that is not in the registry (the message lists the known ones)."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ contradicts itself.
 
 from __future__ import annotations
 
+from cua_stream.errors import PromptTemplateChanged
+
+__all__ = ["GRID_MAX", "PIXEL_PHRASES", "PromptTemplateChanged", "normalized_prompt"]
+
 GRID_MAX = 999
 """Largest coordinate on the normalized grid (Harbor's ``NORMALIZED_0_999``)."""
 
@@ -45,10 +49,6 @@ _REWRITES: tuple[tuple[str, str], ...] = (
 
 PIXEL_PHRASES = ("raw desktop pixel", "in desktop pixels")
 """Phrases of the stock template that must not survive the rewrite."""
-
-
-class PromptTemplateChanged(RuntimeError):
-    """Harbor's computer-1 prompt no longer has the sentences this module rewrites."""
 
 
 def normalized_prompt(template: str) -> str:

@@ -17,6 +17,9 @@ def engine(
     port: Annotated[int | None, typer.Option(help="Listen port (default 30000).")] = None,
     weight_version: Annotated[str | None, typer.Option(help="Version label of the weights at start.")] = None,
     seed: Annotated[int | None, typer.Option(help="Base of per-request sampling seeds.")] = None,
+    max_running_requests: Annotated[
+        int | None, typer.Option(help="Requests decoded side by side (default 16); later ones queue.")
+    ] = None,
     debug_history: Annotated[
         int | None, typer.Option(help="Keep the last N requests at GET /debug/requests.")
     ] = None,
@@ -37,6 +40,7 @@ def engine(
             "port": port,
             "weight_version": weight_version,
             "seed": seed,
+            "max_running_requests": max_running_requests,
             "debug_history": debug_history,
         },
     )

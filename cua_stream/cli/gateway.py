@@ -21,6 +21,12 @@ def gateway(
     host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default 8000).")] = None,
     blob_dir: Annotated[str | None, typer.Option(help="Screenshot blob store directory.")] = None,
+    max_new_tokens_cap: Annotated[
+        int | None, typer.Option(help="Most completion tokens one call may ask for (default 4096).")
+    ] = None,
+    session_idle_timeout: Annotated[
+        float | None, typer.Option(help="Expire a session idle this many seconds (default 1800).")
+    ] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     config: ConfigFile = None,
@@ -41,6 +47,8 @@ def gateway(
             "host": host,
             "port": port,
             "blob_dir": blob_dir,
+            "max_new_tokens_cap": max_new_tokens_cap,
+            "session_idle_timeout_s": session_idle_timeout,
         },
     )
     bus = make_bus(bootstrap, prefix, config)

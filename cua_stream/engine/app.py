@@ -1,13 +1,17 @@
-"""The reference engine's HTTP app: SGLang's native endpoints and response shapes (platform-facts §7.2).
+"""The reference engine's HTTP app: SGLang's native endpoints and response shapes.
 
-/generate runs one request at a time (a CPU forward already uses every core). A weight update waits for
-the request in flight unless generation is paused, in which case it lands between two decode steps and
-the request reports two version spans, as SGLang does under ``pause_generation(mode=in_place)``.
+Requests in flight are interleaved a token at a time by the scheduler (``scheduler.py``). A weight
+update waits for them to finish unless generation is paused, in which case it lands between two decode
+steps and each request reports two version spans, as SGLang does under
+``pause_generation(mode=in_place)``. ``/abort_request`` and a client that disconnects end a request at
+its next step. Every error is a JSON body with its status; an unexpected one is a JSON 500 (never an
+exception that reaches the server, which would close a keep-alive connection under the next request).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections import deque
@@ -16,11 +20,15 @@ from typing import Any
 import anyio.to_thread
 import msgspec
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from cua_stream.engine.config import EngineConfig
-from cua_stream.engine.runner import EngineInputError, ModelRunner
-from cua_stream.engine.sampling import SamplingError, SamplingParams
+from cua_stream.engine.params import SamplingParams
+from cua_stream.engine.runner import Generation, ModelRunner
+from cua_stream.engine.scheduler import Scheduler
+from cua_stream.errors import EngineInputError, SamplingError
+
+log = logging.getLogger(__name__)
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -28,23 +36,23 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 class EngineService:
-    """Request handling around one ModelRunner."""
+    """Request handling around one ModelRunner and its scheduler."""
 
     def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
         self.config = config
         self.runner = runner
-        self._generate_lock = asyncio.Lock()
+        self.scheduler = Scheduler(runner, max_running=config.max_running_requests)
         self._admit = asyncio.Event()
         self._admit.set()
         self.recent: deque[dict[str, Any]] = deque(maxlen=max(config.debug_history, 1))
 
-    async def generate(self, body: dict[str, Any]) -> JSONResponse:
+    async def generate(self, body: dict[str, Any], request: Request | None = None) -> JSONResponse:
         parsed = self._parse(body)
         if isinstance(parsed, JSONResponse):
             return parsed
         input_ids, image_data, params, return_logprob = parsed
         runner = self.runner
-        epoch = runner.gate.epoch
+        rid = str(body.get("rid") or uuid.uuid4().hex)
         try:
             pixels = await anyio.to_thread.run_sync(runner.pixel_inputs, image_data)
             runner.check_image_tokens(input_ids, pixels)
@@ -52,13 +60,17 @@ class EngineService:
             return _error(400, str(e))
         await self._admit.wait()
         started = time.perf_counter()
-        async with self._generate_lock:
-            seed = runner.next_seed(params)
-            gen = await anyio.to_thread.run_sync(
-                lambda: runner.generate(input_ids, pixels, params, seed=seed, epoch=epoch)
-            )
+        try:
+            job = runner.new_job(rid, input_ids, pixels, params)
+            future = self.scheduler.submit(job)
+        except (EngineInputError, ValueError) as e:
+            return _error(400, str(e))
+        try:
+            gen = await self._wait(future, rid, request)
+        except Exception as e:  # the step failed inside the model (the scheduler logged it)
+            return _error(500, f"generation failed: {type(e).__name__}: {e}")
         meta: dict[str, Any] = {
-            "id": str(body.get("rid") or uuid.uuid4().hex),
+            "id": rid,
             "finish_reason": gen.finish_reason,
             "prompt_tokens": len(input_ids),
             "completion_tokens": len(gen.output_ids),
@@ -81,12 +93,35 @@ class EngineService:
                     "output_ids": gen.output_ids,
                     "image_grid_thw": pixels.grid(),
                     "pixel_values_sha256": pixels.digest(),
-                    "sampling_seed": seed,
+                    "sampling_seed": job.seed,
                 }
             )
         return JSONResponse(
             {"text": runner.text_of(gen, params), "output_ids": gen.output_ids, "meta_info": meta}
         )
+
+    async def _wait(
+        self, future: asyncio.Future[Generation], rid: str, request: Request | None
+    ) -> Generation:
+        """The generation, aborted at its next step if the client disconnects or this handler is
+        cancelled first (an HTTP client that gives up frees the engine, as SGLang does)."""
+
+        async def abort_on_disconnect() -> None:
+            assert request is not None
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            self.scheduler.abort(rid, "the client disconnected")
+
+        try:
+            async with anyio.create_task_group() as tg:
+                if request is not None:
+                    tg.start_soon(abort_on_disconnect)
+                gen = await future
+                tg.cancel_scope.cancel()
+            return gen
+        except anyio.get_cancelled_exc_class():
+            self.scheduler.abort(rid, "the request was cancelled")
+            raise
 
     def _parse(
         self, body: dict[str, Any]
@@ -126,13 +161,13 @@ class EngineService:
         raw_version = body.get("weight_version")  # SGLang labels are strings; a trainer may send an int
         version = None if raw_version is None else str(raw_version)
         paused = self.runner.gate.paused
+        running, _ = self.scheduler.load
         self._admit.clear()  # new requests wait for the new weights
         try:
-            if paused:  # requests in flight are frozen between steps: swap under them
-                await anyio.to_thread.run_sync(self.runner.load_weights, path, version)
-            else:
-                async with self._generate_lock:
-                    await anyio.to_thread.run_sync(self.runner.load_weights, path, version)
+            if not paused:  # let the requests in flight finish on the old weights
+                await anyio.to_thread.run_sync(self.scheduler.wait_idle)
+            # paused: the requests in flight are frozen between steps, and the swap lands under them
+            await anyio.to_thread.run_sync(self.runner.load_weights, path, version)
         except (OSError, ValueError) as e:
             return JSONResponse({"success": False, "message": f"{type(e).__name__}: {e}"}, status_code=400)
         finally:
@@ -141,7 +176,7 @@ class EngineService:
             {
                 "success": True,
                 "message": f"loaded {path} as weight version {self.runner.weight_version}",
-                "num_paused_requests": 1 if paused and self._generate_lock.locked() else 0,
+                "num_paused_requests": running if paused else 0,
             }
         )
 
@@ -164,10 +199,31 @@ def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
     app = FastAPI(title="cua-stream reference engine", docs_url=None, redoc_url=None)
     app.state.service = service
 
+    @app.middleware("http")
+    async def json_errors(request: Request, call_next: Any) -> Response:
+        try:
+            return await call_next(request)
+        except Exception as e:  # a bug: answer it in JSON and keep the connection usable
+            log.exception("%s %s failed", request.method, request.url.path)
+            return _error(500, f"internal error: {type(e).__name__}: {e}")
+
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request) -> JSONResponse:
         body = await _json_body(request)
-        return body if isinstance(body, JSONResponse) else await service.generate(body)
+        return body if isinstance(body, JSONResponse) else await service.generate(body, request)
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        if body.get("abort_all") is True:
+            service.scheduler.abort_all("abort_request(abort_all)")
+        elif isinstance(body.get("rid"), str):
+            service.scheduler.abort(body["rid"], "abort_request")
+        else:
+            return _error(400, "rid: expected a string (or abort_all: true)")
+        return JSONResponse({})
 
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request) -> JSONResponse:
@@ -192,7 +248,10 @@ def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        return JSONResponse({})
+        if not service.scheduler.alive:
+            return _error(503, f"the scheduler stopped: {service.scheduler.error!r}")
+        running, waiting = service.scheduler.load
+        return JSONResponse({"running_requests": running, "waiting_requests": waiting})
 
     @app.get("/get_model_info")
     @app.get("/model_info")
@@ -215,8 +274,8 @@ async def _json_body(request: Request, *, allow_empty: bool = False) -> dict[str
         return {}
     try:
         body = msgspec.json.decode(raw)
-    except msgspec.DecodeError as e:
-        return _error(400, f"request body is not valid JSON: {e}")
+    except (msgspec.DecodeError, RecursionError) as e:
+        return _error(400, f"request body is not valid JSON: {e or 'nested too deeply'}")
     if not isinstance(body, dict):
         return _error(400, "request body must be a JSON object")
     return body

@@ -18,6 +18,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Version label of the weights at start; /update_weights_from_disk replaces it."""
     seed: int = 0
     """Base of per-request sampling seeds when a request sets no ``sampling_seed``."""
+    max_running_requests: int = 16
+    """Requests decoded side by side (a token each per round); later ones wait in a FIFO queue."""
     debug_history: int = 0
     """Keep the last N requests' engine-side inputs and outputs at GET /debug/requests (0: off)."""
     log_level: str = "warning"
@@ -29,5 +31,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ConfigError("engine.model_path: required")
         if not 0 < self.port < 65536:
             raise ConfigError(f"engine.port: {self.port} is not a TCP port")
+        if self.max_running_requests < 1:
+            raise ConfigError("engine.max_running_requests: must be >= 1")
         if self.debug_history < 0:
             raise ConfigError("engine.debug_history: must be >= 0")

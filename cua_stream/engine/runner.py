@@ -8,8 +8,6 @@ them.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import io
 import os
@@ -20,11 +18,12 @@ from typing import Any
 import torch
 
 from cua_stream.engine.forward import forward, prompt_position_ids, step_position_ids
-from cua_stream.engine.sampling import SamplingParams, draw
+from cua_stream.engine.params import SamplingParams
+from cua_stream.engine.sampling import draw
+from cua_stream.errors import EngineInputError, ImageDataError
+from cua_stream.images import b64decode_strict, check_pixels, data_url_payload
 
-
-class EngineInputError(ValueError):
-    """The request's ids or images are inconsistent (HTTP 400); the message says how."""
+__all__ = ["EngineInputError", "Gate", "Job", "ModelRunner", "PixelInputs", "decode_image_data"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class Generation:
 
 
 class Gate:
-    """Pause/continue shared by HTTP handlers and decode threads.
+    """Pause/continue shared by HTTP handlers and the scheduler thread.
 
     ``pause("abort")`` ends every request in flight or queued at its next step (finish_reason abort);
     ``in_place`` and ``retract`` freeze them between steps (this engine keeps the KV cache for both) until
@@ -84,6 +83,10 @@ class Gate:
     def resume(self) -> None:
         self._running.set()
 
+    def wait_running(self, timeout: float) -> bool:
+        """Block up to ``timeout`` while paused; True once running."""
+        return self._running.wait(timeout)
+
     def may_continue(self, epoch: int) -> bool:
         """Between steps: False if the request was aborted; otherwise block while paused, then True."""
         while not self._running.wait(timeout=0.05):
@@ -93,16 +96,61 @@ class Gate:
 
 
 def decode_image_data(item: str) -> bytes:
-    """SGLang ``image_data`` entry: a data URL, a base64 string, or a local file path."""
+    """SGLang ``image_data`` entry: a data URL, a base64 string, or a local file path. Base64 follows the
+    one rule the gateway applies too (``images.b64decode_strict``)."""
     if item.startswith("data:"):
-        item = item.partition(",")[2]
+        item = data_url_payload(item)
     elif len(item) < 4096 and os.path.isfile(item):
         with open(item, "rb") as f:
             return f.read()
     try:
-        return base64.b64decode(item, validate=True)
-    except binascii.Error as e:
-        raise EngineInputError(f"image_data: not a data URL, base64 string or file path ({e})") from None
+        return b64decode_strict(item)
+    except ImageDataError as e:
+        raise EngineInputError(
+            f"image_data: not a data URL, strict base64 string or file path ({e})"
+        ) from None
+
+
+def open_image(data: bytes) -> Any:
+    """A fully decoded PIL image of ``data``, its size checked from the header first (EngineInputError
+    for anything that is not a whole image within the pixel limit: truncated files, bombs, junk)."""
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(data))
+        check_pixels(image.width, image.height)
+        image.load()
+    except ImageDataError as e:
+        raise EngineInputError(f"image_data: {e}") from None
+    except Exception as e:  # untrusted bytes: any decoder failure is the request's fault
+        raise EngineInputError(f"image_data: cannot decode image ({type(e).__name__}: {e})") from None
+    return image
+
+
+@dataclass
+class Job:
+    """One /generate request as the scheduler advances it, a step at a time (all fields are the decode
+    loop's own state; ``cancelled`` is the only one set from outside)."""
+
+    rid: str
+    input_ids: list[int]
+    pixels: PixelInputs
+    params: SamplingParams
+    max_new_tokens: int
+    """``params.max_new_tokens`` capped by the context length."""
+    seed: int
+    epoch: int
+    gen: Generation
+    generator: torch.Generator
+    stop_ids: frozenset[int]
+    cache: Any = None
+    logits: torch.Tensor | None = None
+    position: int = 0
+    rope_delta: int = 0
+    version: str = ""
+    """The weight version of the weights that scored ``logits``."""
+    cancelled: str = ""
+    """Why the request was cancelled (abort_request, client gone), or empty."""
 
 
 class ModelRunner:
@@ -122,6 +170,8 @@ class ModelRunner:
         self.eos_ids = frozenset([eos] if isinstance(eos, int) else (eos or []))
         self.image_token_id = int(self.model.config.image_token_id)
         self.merge_size = int(self.processor.image_processor.merge_size)
+        self.context_length = int(self.model.config.text_config.max_position_embeddings)
+        """Prompt plus completion tokens one request may hold."""
 
     @staticmethod
     def _load(path: str) -> Any:
@@ -141,15 +191,11 @@ class ModelRunner:
     def pixel_inputs(self, image_data: list[str]) -> PixelInputs:
         if not image_data:
             return PixelInputs(None, None)
-        from PIL import Image
-
-        images = []
-        for item in image_data:
-            try:
-                images.append(Image.open(io.BytesIO(decode_image_data(item))))
-            except OSError as e:
-                raise EngineInputError(f"image_data: cannot decode image ({e})") from None
-        out = self.processor.image_processor(images=images, return_tensors="pt")
+        images = [open_image(decode_image_data(item)) for item in image_data]
+        try:
+            out = self.processor.image_processor(images=images, return_tensors="pt")
+        except ValueError as e:  # e.g. an aspect ratio the processor refuses
+            raise EngineInputError(f"image_data: {e}") from None
         return PixelInputs(out["pixel_values"], out["image_grid_thw"])
 
     def check_image_tokens(self, input_ids: list[int], pixels: PixelInputs) -> None:
@@ -170,48 +216,86 @@ class ModelRunner:
             return params.sampling_seed
         return hash((self.seed, self._requests)) & 0x7FFF_FFFF_FFFF_FFFF
 
-    @torch.inference_mode()
-    def generate(
-        self, input_ids: list[int], pixels: PixelInputs, params: SamplingParams, *, seed: int, epoch: int
-    ) -> Generation:
-        gen = Generation([], [], {"type": "length", "length": params.max_new_tokens})
-        if not self.gate.may_continue(epoch):
-            gen.finish_reason = _aborted()
-            return gen
-        generator = torch.Generator().manual_seed(seed)
-        stop_ids = set(params.stop_token_ids) | (set() if params.ignore_eos else set(self.eos_ids))
-        ids = torch.tensor([input_ids], dtype=torch.long)
-        with self._step_lock:
-            model, version = self.model, self.weight_version
-            positions, delta = prompt_position_ids(model, ids, pixels.image_grid_thw)
-            logits, cache = forward(
-                model,
-                ids,
-                positions,
-                pixel_values=pixels.pixel_values,
-                image_grid_thw=pixels.image_grid_thw,
+    def new_job(self, rid: str, input_ids: list[int], pixels: PixelInputs, params: SamplingParams) -> Job:
+        """A request ready for ``advance``. Its completion is capped by the context length: a prompt
+        that leaves no room is refused (EngineInputError), a longer ``max_new_tokens`` is shortened."""
+        room = self.context_length - len(input_ids)
+        if room < 1:
+            raise EngineInputError(
+                f"input_ids: {len(input_ids)} tokens leave no room for a completion in the context "
+                f"length of {self.context_length}"
             )
-        position = len(input_ids)
-        while len(gen.output_ids) < params.max_new_tokens:
-            token, logprob = draw(logits[0, -1], params, generator)
-            _append(gen, token, logprob, version)
-            if token in stop_ids:
-                gen.finish_reason = {"type": "stop", "matched": token}
-                break
-            if params.stop and (matched := self._matched_stop(gen.output_ids, params)) is not None:
-                gen.finish_reason = {"type": "stop", "matched": matched}
-                break
-            if len(gen.output_ids) >= params.max_new_tokens:
-                break
-            if not self.gate.may_continue(epoch):
-                gen.finish_reason = _aborted()
-                break
+        seed = self.next_seed(params)
+        return Job(
+            rid=rid,
+            input_ids=input_ids,
+            pixels=pixels,
+            params=params,
+            max_new_tokens=min(params.max_new_tokens, room),
+            seed=seed,
+            epoch=self.gate.epoch,
+            gen=Generation([], [], {"type": "length", "length": min(params.max_new_tokens, room)}),
+            generator=torch.Generator().manual_seed(seed),
+            stop_ids=frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids),
+        )
+
+    def aborted(self, job: Job) -> bool:
+        """Ends ``job`` as aborted (and says True) if it was cancelled or an abort-mode pause hit it."""
+        if job.cancelled:
+            job.gen.finish_reason = _aborted(job.cancelled)
+            return True
+        if self.gate.epoch != job.epoch:
+            job.gen.finish_reason = _aborted("generation aborted by pause_generation(mode=abort)")
+            return True
+        return False
+
+    @torch.inference_mode()
+    def advance(self, job: Job) -> bool:
+        """One scheduling step of ``job``: its prefill (the first time), one token drawn, and the forward
+        pass that scores the next one. True when the job is finished."""
+        gen, params = job.gen, job.params
+        if job.max_new_tokens == 0:
+            return True
+        if job.logits is None:
+            ids = torch.tensor([job.input_ids], dtype=torch.long)
             with self._step_lock:
                 model, version = self.model, self.weight_version
-                step = torch.tensor([[token]], dtype=torch.long)
-                logits, cache = forward(model, step, step_position_ids(position, delta), cache=cache)
-            position += 1
-        return gen
+                positions, job.rope_delta = prompt_position_ids(model, ids, job.pixels.image_grid_thw)
+                job.logits, job.cache = forward(
+                    model,
+                    ids,
+                    positions,
+                    pixel_values=job.pixels.pixel_values,
+                    image_grid_thw=job.pixels.image_grid_thw,
+                )
+            job.position, job.version = len(job.input_ids), version
+        token, logprob = draw(job.logits[0, -1], params, job.generator)
+        _append(gen, token, logprob, job.version)
+        if token in job.stop_ids:
+            gen.finish_reason = {"type": "stop", "matched": token}
+            return True
+        if params.stop and (matched := self._matched_stop(gen.output_ids, params)) is not None:
+            gen.finish_reason = {"type": "stop", "matched": matched}
+            return True
+        if len(gen.output_ids) >= job.max_new_tokens:
+            return True
+        with self._step_lock:
+            model, job.version = self.model, self.weight_version
+            step = torch.tensor([[token]], dtype=torch.long)
+            job.logits, job.cache = forward(
+                model, step, step_position_ids(job.position, job.rope_delta), cache=job.cache
+            )
+        job.position += 1
+        return False
+
+    def generate(
+        self, input_ids: list[int], pixels: PixelInputs, params: SamplingParams, *, rid: str = "direct"
+    ) -> Generation:
+        """Run one request to the end on the calling thread (tests and scripts; the server schedules)."""
+        job = self.new_job(rid, input_ids, pixels, params)
+        while not self.aborted(job) and not self.advance(job):
+            pass
+        return job.gen
 
     def _matched_stop(self, output_ids: list[int], params: SamplingParams) -> str | None:
         text = self.tokenizer.decode(output_ids, skip_special_tokens=params.skip_special_tokens)
@@ -240,10 +324,10 @@ def _append(gen: Generation, token: int, logprob: float, version: str) -> None:
         spans.append({"version": version, "start": index, "end": index + 1})
 
 
-def _aborted() -> dict[str, Any]:
+def _aborted(message: str) -> dict[str, Any]:
     return {
         "type": "abort",
-        "message": "generation aborted by pause_generation(mode=abort)",
+        "message": message,
         "status_code": 503,
         "err_type": "ServiceUnavailable",
     }

@@ -11,14 +11,21 @@ Routes:
   the gateway around a weight update. Drain stops admitting chat calls (503 with Retry-After, after
   holding each up to ``drain_hold_s``) and answers once the calls in flight have been recorded, or
   after ``timeout_s`` with ``idle: false``; resume re-admits them.
-- ``GET /health``, ``GET /metrics`` (Prometheus text).
+- ``GET /health`` (liveness: the process answers; with the last known engine state),
+  ``GET /ready`` (readiness: 200 only while the engine answers its health check and the gateway is not
+  draining), ``GET /metrics`` (Prometheus text). These three need no API key (probes and scrapers).
+
+Every error is an OpenAI-shaped JSON body with a precise status; an unexpected exception is a JSON 500.
+A chat call whose client disconnects is cancelled, and the engine is told to abort its generation.
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from typing import Any
 
+import anyio
 import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
@@ -27,6 +34,8 @@ from cua_stream.gateway.openai_format import error_body
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.service import Gateway, Reply
 from cua_stream.gateway.session import SessionSpec
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
 
@@ -51,6 +60,25 @@ async def _body(request: Request, *, allow_empty: bool = False) -> Any:
         return msgspec.json.decode(raw)
     except msgspec.DecodeError as e:
         raise Refusal(400, f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise Refusal(400, "request body is nested too deeply") from None
+
+
+_OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+"""Reachable without the API key: liveness and readiness probes and metrics scrapers carry none."""
+
+
+def _bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (scheme case-insensitive, RFC 7235);
+    None for any other scheme or a bare token."""
+    scheme, _, token = header.strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Returns when the client closes the connection (the body has been read by then)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _gateway(request: Request) -> Gateway:
@@ -67,11 +95,15 @@ def create_app(
 
     @app.middleware("http")
     async def authorize(request: Request, call_next: Any) -> Response:
-        if api_key is not None:
-            given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given.encode(), api_key.encode()):
-                return _error(401, "missing or wrong API key", "unauthorized")
-        return await call_next(request)
+        if api_key is not None and request.url.path not in _OPEN_PATHS:
+            given = _bearer_token(request.headers.get("authorization", ""))
+            if given is None or not hmac.compare_digest(given.encode(), api_key.encode()):
+                return _error(401, "missing or wrong API key (Authorization: Bearer <key>)", "unauthorized")
+        try:
+            return await call_next(request)
+        except Exception as e:  # a bug: answer it in the OpenAI shape, keep the connection usable
+            log.exception("%s %s failed", request.method, request.url.path)
+            return _error(500, f"internal error: {type(e).__name__}: {e}", "internal_error")
 
     @app.post("/sessions", status_code=201)
     async def create_session(request: Request) -> JSONResponse:
@@ -104,7 +136,24 @@ def create_app(
 
     @app.post("/sessions/{session_id}/v1/chat/completions")
     async def chat_completions(session_id: str, request: Request) -> Response:
-        return _to_response(await _gateway(request).chat(session_id, await request.body()))
+        body = await request.body()
+        reply: Reply | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def serve() -> None:
+                nonlocal reply
+                reply = await _gateway(request).chat(session_id, body)
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                await _until_disconnected(request)
+                tg.cancel_scope.cancel()  # the call is cancelled; the engine client aborts the generation
+
+            tg.start_soon(serve)
+            tg.start_soon(watch)
+        if reply is None:  # the client is gone: nobody reads this
+            return _error(499, "the client closed the request", "client_closed")
+        return _to_response(reply)
 
     @app.post("/admin/drain")
     async def drain(request: Request) -> JSONResponse:
@@ -127,7 +176,13 @@ def create_app(
 
     @app.get("/health")
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "draining" if _gateway(request).draining else "ok"})
+        gw = _gateway(request)
+        return JSONResponse({"status": "draining" if gw.draining else "ok", "engine": gw.engine_state})
+
+    @app.get("/ready")
+    async def ready(request: Request) -> JSONResponse:
+        is_ready, detail = await _gateway(request).readiness()
+        return JSONResponse({"ready": is_ready, **detail}, status_code=200 if is_ready else 503)
 
     @app.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:

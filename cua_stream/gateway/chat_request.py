@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from cua_stream.engine.params import SamplingParams
+from cua_stream.errors import SamplingError
 from cua_stream.events import CALL_KIND_FIELD, CallKind
 from cua_stream.gateway import request_prefix
 from cua_stream.gateway.messages import Message, WireMessage, canonical_messages
@@ -99,6 +101,8 @@ def decode_body(raw: bytes | dict[str, Any]) -> ChatBody:
         raise bad_request(f"request body: {e}") from None
     except msgspec.DecodeError as e:
         raise bad_request(f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise bad_request("request body is nested too deeply") from None
 
 
 def parse_chat_request(raw: bytes | dict[str, Any], session: Session) -> ChatCall:
@@ -142,7 +146,7 @@ def _decode(raw: bytes | dict[str, Any], known: KnownRequest | None) -> tuple[Ch
     if cut is not None:
         try:
             body = _decoder.decode(cut.spliced)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
             pass  # decoded in full below, so that the refusal names the positions of the original body
         else:
             layout = cut.layout(raw)
@@ -177,4 +181,8 @@ def _sampling(body: ChatBody, session: Session) -> dict[str, Any]:
             raise bad_request(f"max_tokens={max_tokens!r}: expected a positive integer")
         params["max_new_tokens"] = max_tokens
     params["temperature"] = session.temperature
+    try:  # the engine's own rules: a request it would refuse is refused here, naming the field
+        SamplingParams.from_request(params)
+    except SamplingError as e:
+        raise bad_request(str(e)) from None
     return params

@@ -22,7 +22,18 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """A chat template file to use instead of the project's own ``qwen3_vl.jinja`` (must keep its
     per-message rendering property)."""
     engine_timeout_s: float = 600.0
-    """How long one /generate may take before the call is answered 503."""
+    """How long one /generate may take: then the engine is told to abort it and the call is answered
+    503 (the engine's own deadline; a client that disconnects first aborts it at once)."""
+    max_new_tokens_cap: int = 4096
+    """The most completion tokens one call may ask for (a request's ``max_tokens`` and a session's
+    ``max_new_tokens`` above it are refused); a call is also capped by what the context length leaves."""
+    context_length: int = 0
+    """Prompt plus completion tokens the engine serves; 0: the model config's ``max_position_embeddings``.
+    A prompt that fills it is refused as ``context_length_exceeded`` (computer-1 then compacts)."""
+    session_idle_timeout_s: float = 1800.0
+    """A session with no call for this long is expired (its later calls get 404 saying so)."""
+    max_sessions: int = 1024
+    """Open sessions at most; creating one more is refused with 503 (each holds its episode's images)."""
     drain_hold_s: float = 0.0
     """While draining for a weight update, hold a new chat call up to this long for the resume before
     answering 503 (computer-1 retries a 503 three times without waiting, then the episode is discarded
@@ -42,3 +53,11 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("gateway.drain_hold_s: must be >= 0")
         if self.engine_timeout_s <= 0:
             raise ConfigError("gateway.engine_timeout_s: must be > 0")
+        if self.max_new_tokens_cap < 1:
+            raise ConfigError("gateway.max_new_tokens_cap: must be >= 1")
+        if self.context_length < 0:
+            raise ConfigError("gateway.context_length: must be >= 0 (0: from the model config)")
+        if self.session_idle_timeout_s <= 0:
+            raise ConfigError("gateway.session_idle_timeout_s: must be > 0")
+        if self.max_sessions < 1:
+            raise ConfigError("gateway.max_sessions: must be >= 1")

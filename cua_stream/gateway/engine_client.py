@@ -9,34 +9,24 @@ trainer's first update) reads as version 0.
 from __future__ import annotations
 
 import array
+import logging
 import math
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import anyio
 import httpx
 import msgspec
 
+from cua_stream.errors import EngineHTTPError, EngineProtocolError, EngineUnavailable
 from cua_stream.events import VersionSpan
 
+__all__ = ["EngineHTTPError", "EngineProtocolError", "EngineUnavailable"]
 
-class EngineHTTPError(Exception):
-    """The engine answered non-2xx: passed through to the client unchanged, and not recorded."""
-
-    def __init__(self, status: int, body: bytes, content_type: str) -> None:
-        super().__init__(f"engine answered {status}")
-        self.status = status
-        self.body = body
-        self.content_type = content_type
-
-
-class EngineUnavailable(Exception):
-    """The engine could not be reached or timed out (the client gets 503: not the policy's doing)."""
-
-
-class EngineProtocolError(Exception):
-    """The engine's reply is not a valid /generate response (the client gets 502)."""
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -224,6 +214,8 @@ def _append_joined(parts: list[bytes], items: Iterable[bytes]) -> None:
 class Engine(Protocol):
     """What the gateway needs from an engine (EngineClient; unit tests use an in-memory stand-in)."""
 
+    async def health(self) -> tuple[bool, str]: ...
+
     async def generate(
         self,
         input_ids: list[int] | JsonIds,
@@ -235,18 +227,66 @@ class Engine(Protocol):
     ) -> EngineReply: ...
 
 
+def engine_error_message(error: EngineHTTPError) -> str:
+    """The engine's own error text (SGLang and the reference engine answer JSON), for an OpenAI-shaped
+    error body: the client never sees a plain-text body passed through."""
+    try:
+        body = msgspec.json.decode(error.body)
+    except (msgspec.DecodeError, RecursionError):
+        text = error.body[:500].decode(errors="replace").strip()
+    else:
+        inner = body.get("error") if isinstance(body, dict) else None
+        found = inner.get("message") if isinstance(inner, dict) else None
+        if found is None and isinstance(body, dict):
+            found = body.get("message") or body.get("detail")
+        text = str(found if found is not None else body)[:500]
+    return f"engine answered {error.status}: {text or 'no details'}"
+
+
+_STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+"""Failures of a reused keep-alive connection that the server had already closed: the request never
+reached a handler (or its handler is aborted), so it is sent once more on a fresh connection."""
+
+
 class EngineClient:
-    """An httpx client for one engine (or a router in front of several)."""
+    """An httpx client for one engine (or a router in front of several).
+
+    Each /generate has a deadline (``timeout_s``); when it passes, or when the caller is cancelled (the
+    session's client went away), the engine is told to stop with SGLang's ``/abort_request`` for the
+    request's ``rid``, so no generation outlives the call that asked for it.
+    """
 
     def __init__(
         self, base_url: str, *, timeout_s: float = 600.0, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
+        self.timeout_s = timeout_s
+        # httpx's own read timeout is a backstop only: the deadline below fires first and aborts.
         self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), timeout=httpx.Timeout(timeout_s, connect=10.0), transport=transport
+            base_url=base_url.rstrip("/"),
+            timeout=httpx.Timeout(timeout_s + 30.0, connect=10.0),
+            transport=transport,
         )
 
     async def aclose(self) -> None:
         await self._http.aclose()
+
+    async def health(self) -> tuple[bool, str]:
+        """(healthy, detail) from the engine's /health."""
+        try:
+            response = await self._http.get("/health", timeout=5.0)
+        except httpx.TransportError as e:
+            return False, f"unreachable: {type(e).__name__}"
+        if response.status_code != 200:
+            return False, f"/health answered {response.status_code}"
+        return True, "ok"
+
+    async def abort(self, rid: str) -> None:
+        """Ask the engine to stop request ``rid`` (best effort, a few seconds at most; never raises)."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5.0):
+            try:
+                await self._http.post("/abort_request", json={"rid": rid})
+            except httpx.HTTPError as e:
+                log.warning("abort_request for %s failed: %s", rid, e)
 
     async def generate(
         self,
@@ -257,12 +297,35 @@ class EngineClient:
         routing_key: str | None = None,
         rid: str | None = None,
     ) -> EngineReply:
-        content = generate_body(input_ids, image_data, sampling_params, routing_key=routing_key, rid=rid)
-        started = time.perf_counter()
-        try:
-            response = await self._http.post(
+        rids = [rid or uuid.uuid4().hex]
+
+        async def post() -> httpx.Response:
+            content = generate_body(
+                input_ids, image_data, sampling_params, routing_key=routing_key, rid=rids[-1]
+            )
+            return await self._http.post(
                 "/generate", content=content, headers={"content-type": "application/json"}
             )
+
+        started = time.perf_counter()
+        try:
+            with anyio.fail_after(self.timeout_s):
+                try:
+                    response = await post()
+                except _STALE_CONNECTION as e:
+                    log.info("engine connection failed (%s); retrying %s on a fresh one", e, rids[-1])
+                    await self.abort(rids[-1])  # in case the engine did start it
+                    rids.append(f"{rids[0]}.retry")  # a new rid: the first may still be winding down
+                    response = await post()
+        except TimeoutError:
+            await self.abort(rids[-1])
+            raise EngineUnavailable(
+                f"the engine did not answer within {self.timeout_s:g} s (gateway.engine_timeout_s); "
+                "its generation was aborted"
+            ) from None
+        except anyio.get_cancelled_exc_class():
+            await self.abort(rids[-1])
+            raise
         except httpx.TransportError as e:
             raise EngineUnavailable(f"engine unreachable: {type(e).__name__}: {e}") from None
         engine_ms = (time.perf_counter() - started) * 1e3
@@ -274,6 +337,6 @@ class EngineClient:
             )
         try:
             payload = msgspec.json.decode(response.content)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             raise EngineProtocolError("engine reply is not JSON") from None
         return parse_generate_response(payload, engine_ms=engine_ms)

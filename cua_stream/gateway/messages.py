@@ -17,7 +17,9 @@ from typing import Any
 
 import msgspec
 
+from cua_stream.errors import ImageDataError
 from cua_stream.gateway.refusal import bad_request
+from cua_stream.images import b64decode_strict
 
 ROLES = frozenset({"system", "user", "assistant"})
 _DATA_URL_HEAD = re.compile(rb'"data:[\w.+-]+/[\w.+-]+;base64,')
@@ -41,11 +43,6 @@ class ImagePart:
     def url(self) -> str:
         return msgspec.json.decode(self.json)
 
-    @property
-    def mime(self) -> str:
-        end = self.json.find(b";", 0, 128)
-        return self.json[6:end].decode() if end > 6 else "application/octet-stream"
-
     def head(self, n: int = 4096) -> bytes:
         """About the first ``n`` bytes of the image (enough for its header), without decoding the rest."""
         start = self.json.index(b",") + 1
@@ -58,14 +55,14 @@ class ImagePart:
             return b""  # the full decode reports what is wrong
 
     def data(self) -> bytes:
-        # Lenient like base64 -d (line breaks from a wrapping encoder are skipped); what is not an
-        # image is refused when its header is read.
+        """The image's bytes, decoded by the one rule the engine applies too (strict base64); what is
+        not an image is refused when its header is read."""
         try:
             if b"\\" in self.json:  # JSON escapes: decode the string first
-                return binascii.a2b_base64(self.url.partition(",")[2])
-            return binascii.a2b_base64(memoryview(self.json)[self.json.index(b",") + 1 : -1])
-        except (binascii.Error, ValueError) as e:
-            raise bad_request(f"image_url: invalid base64 data ({e})") from None
+                return b64decode_strict(self.url.partition(",")[2])
+            return b64decode_strict(memoryview(self.json)[self.json.index(b",") + 1 : -1])
+        except ImageDataError as e:
+            raise bad_request(f"image_url: {e}") from None
 
 
 Part = str | ImagePart

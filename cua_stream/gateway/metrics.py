@@ -29,6 +29,14 @@ class GatewayMetrics:
             "cua_gateway_overhead_ms_total", "Time spent in the gateway on recorded calls, engine excluded."
         )
         self.engine_ms = r.counter("cua_gateway_engine_ms_total", "Time spent waiting for /generate.")
+        self.cancelled = r.counter(
+            "cua_gateway_calls_cancelled_total",
+            "Chat calls whose client went away mid-call (the engine's work was aborted; nothing recorded).",
+        )
+        self.sessions_expired = r.counter(
+            "cua_gateway_sessions_expired_total", "Sessions dropped by the gateway, by reason.", ("reason",)
+        )
+        self.engine_up = r.gauge("cua_gateway_engine_up", "1 if the engine answered its last health check.")
 
     def render(self, *, sessions: int, draining: bool, in_flight: int) -> str:
         self.sessions.set(sessions)

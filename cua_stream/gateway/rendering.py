@@ -23,12 +23,14 @@ from typing import Any
 
 import jinja2
 
+from cua_stream.errors import ImageDataError
 from cua_stream.events import ImageRef, TokenIds
 from cua_stream.gateway import image_header
 from cua_stream.gateway import template as chat_template
 from cua_stream.gateway.fast_encoder import FastEncoder
 from cua_stream.gateway.messages import ImagePart, Message
 from cua_stream.gateway.refusal import bad_request
+from cua_stream.images import check_pixels, sniff_mime
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,14 +47,15 @@ class PreparedImage:
     n_tokens: int
 
     def stored(self) -> tuple[bytes, ImageRef]:
-        """The image's bytes (for the blob store) and its reference (for the event)."""
+        """The image's bytes (for the blob store) and its reference (for the event). The MIME type is
+        the one the bytes declare, not the data URL's label (Harbor labels by file suffix)."""
         data = self.part.data()
         ref = ImageRef(
             sha256=hashlib.sha256(data).hexdigest(),
             size=len(data),
             width=self.width,
             height=self.height,
-            mime=self.part.mime,
+            mime=sniff_mime(data) or _pillow_mime(data),
             grid_thw=self.grid_thw,
         )
         return data, ref
@@ -110,6 +113,10 @@ class Renderer:
             or image_header.dimensions(data := part.data())
         )
         width, height = size or _pillow_dimensions(data)
+        try:
+            check_pixels(width, height)
+        except ImageDataError as e:
+            raise bad_request(f"image_url: {e}") from None
         try:
             grid = self.grid_of(height, width)
         except ValueError as e:  # extreme aspect ratios
@@ -186,6 +193,17 @@ def _pillow_dimensions(data: bytes) -> tuple[int, int]:
     try:
         with Image.open(io.BytesIO(data)) as img:
             return img.size
+    except (UnidentifiedImageError, OSError) as e:
+        raise bad_request(f"image_url: not a decodable image ({e})") from None
+
+
+def _pillow_mime(data: bytes) -> str:
+    """The MIME type of an image in a format ``sniff_mime`` does not know (Pillow reads the header)."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            return Image.MIME.get(img.format or "", "application/octet-stream")
     except (UnidentifiedImageError, OSError) as e:
         raise bad_request(f"image_url: not a decodable image ({e})") from None
 

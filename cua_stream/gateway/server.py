@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import uvicorn
 from fastapi import FastAPI
 
@@ -20,24 +21,41 @@ from cua_stream.gateway.rendering import Renderer
 from cua_stream.gateway.service import Gateway
 
 
+def context_length_of(model_path: str) -> int:
+    """The served model's context length (``max_position_embeddings`` of its text config)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    text = getattr(config, "text_config", config)
+    return int(text.max_position_embeddings)
+
+
 def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
     template = Path(config.template_path).read_text() if config.template_path else None
     renderer = Renderer.from_pretrained(config.model_path, template_source=template)
     blobs = LocalBlobStore(config.blob_dir or state_dir() / "blobs")
+    context_length = config.context_length or context_length_of(config.model_path)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = EngineClient(config.engine_url, timeout_s=config.engine_timeout_s)
         try:
-            async with EventProducer(bus) as producer:
-                app.state.gateway = Gateway(
+            async with EventProducer(bus) as producer, anyio.create_task_group() as tg:
+                gateway = Gateway(
                     renderer=renderer,
                     engine=engine,
                     sink=producer,
                     blobs=blobs,
                     drain_hold_s=config.drain_hold_s,
+                    max_new_tokens_cap=config.max_new_tokens_cap,
+                    context_length=context_length,
+                    session_idle_timeout_s=config.session_idle_timeout_s,
+                    max_sessions=config.max_sessions,
                 )
+                app.state.gateway = gateway
+                tg.start_soon(gateway.expire_idle_forever)
                 yield
+                tg.cancel_scope.cancel()
         finally:
             await engine.aclose()
 

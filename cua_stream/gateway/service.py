@@ -24,7 +24,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -33,18 +35,12 @@ import msgspec
 
 from cua_stream.blobs import BlobStore
 from cua_stream.bus.producer import EventSink
+from cua_stream.engine.params import SamplingParams
+from cua_stream.errors import EngineHTTPError, EngineProtocolError, EngineUnavailable
 from cua_stream.events import CallRecord, ImageRef, TokenIds
 from cua_stream.gateway.calltree import CallNode, Match
 from cua_stream.gateway.chat_request import ChatCall, parse_chat_request
-from cua_stream.gateway.engine_client import (
-    Engine,
-    EngineHTTPError,
-    EngineProtocolError,
-    EngineReply,
-    EngineUnavailable,
-    JsonIds,
-    JsonStrings,
-)
+from cua_stream.gateway.engine_client import Engine, EngineReply, JsonIds, JsonStrings, engine_error_message
 from cua_stream.gateway.messages import assistant_reply
 from cua_stream.gateway.metrics import GatewayMetrics
 from cua_stream.gateway.mismatch import tree_report
@@ -55,6 +51,14 @@ from cua_stream.gateway.rendering import PreparedImage, RenderedDelta, Renderer
 from cua_stream.gateway.session import Session, SessionSpec
 
 log = logging.getLogger(__name__)
+
+DEFAULT_MAX_NEW_TOKENS = SamplingParams().max_new_tokens
+"""A call's completion cap when neither the request nor the session sets one (SGLang's default)."""
+_INLINE_RENDER_CHARS = 32_768
+"""New text up to this size is rendered on the event loop (well under a millisecond); more goes to a thread."""
+_EXPIRED_REMEMBERED = 4096
+_ENGINE_CHECK_S = 1.0
+"""Readiness probes within this long of the last engine health check reuse its answer."""
 
 
 @dataclass
@@ -99,26 +103,56 @@ class Gateway:
         sink: EventSink,
         blobs: BlobStore,
         drain_hold_s: float = 0.0,
+        max_new_tokens_cap: int = 4096,
+        context_length: int = 262_144,
+        session_idle_timeout_s: float = 1800.0,
+        max_sessions: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.renderer = renderer
         self.drain_hold_s = drain_hold_s
         self.engine = engine
         self.sink = sink
         self.blobs = blobs
+        self.max_new_tokens_cap = max_new_tokens_cap
+        self.context_length = context_length
+        self.session_idle_timeout_s = session_idle_timeout_s
+        self.max_sessions = max_sessions
+        self._clock = clock
         self.sessions: dict[str, Session] = {}
+        self.expired: OrderedDict[str, str] = OrderedDict()
+        """Recently expired session ids → why (bounded), so a late call hears why it got 404."""
         self.metrics = GatewayMetrics()
         self.draining = False
         self.in_flight = 0
-        self._idle: anyio.Event | None = None
+        self._idle = anyio.Event()  # set whenever no chat call is in flight
+        self._idle.set()
         self._resumed = anyio.Event()
         self._locks: dict[str, anyio.Lock] = {}
+        self._engine_checked: tuple[float, bool, str] | None = None
 
     # -- sessions -------------------------------------------------------------------------------------
 
     def create_session(self, spec: SessionSpec) -> Session:
+        asked = spec.sampling.get("max_new_tokens")
+        if asked is not None and asked > self.max_new_tokens_cap:
+            raise Refusal(
+                400,
+                f"sampling.max_new_tokens={asked} is over the gateway's cap of {self.max_new_tokens_cap} "
+                "(gateway.max_new_tokens_cap)",
+            )
         session = Session.create(spec, time.time())
+        session.last_active = self._clock()
         if session.session_id in self.sessions:
             raise Refusal(409, f"session {session.session_id} already exists", code="session_exists")
+        if len(self.sessions) >= self.max_sessions and not self.expire_idle():
+            raise Refusal(
+                503,
+                f"the gateway holds {len(self.sessions)} open sessions (gateway.max_sessions); "
+                "delete the sessions of finished episodes",
+                code="too_many_sessions",
+            )
+        self.expired.pop(session.session_id, None)
         self.sessions[session.session_id] = session
         # fast_acquire: an uncontended lock (the usual case) costs no trip through the event loop.
         self._locks[session.session_id] = anyio.Lock(fast_acquire=True)
@@ -128,6 +162,10 @@ class Gateway:
         try:
             return self.sessions[session_id]
         except KeyError:
+            if session_id in self.expired:
+                raise Refusal(
+                    404, f"session {session_id} expired: {self.expired[session_id]}", code="session_expired"
+                ) from None
             raise Refusal(404, f"unknown session {session_id}", code="session_not_found") from None
 
     def describe(self, session: Session) -> dict[str, Any]:
@@ -146,23 +184,69 @@ class Gateway:
     def mismatch_report(self, session: Session) -> dict[str, Any]:
         return tree_report(self.renderer, session.tree.leaves())
 
+    def expire_idle(self) -> int:
+        """Drop the sessions without a call for ``session_idle_timeout_s`` (none with a call in flight);
+        their ids are remembered with the reason. Returns how many expired."""
+        now = self._clock()
+        idle = [
+            s
+            for s in self.sessions.values()
+            if s.in_flight == 0 and now - s.last_active > self.session_idle_timeout_s
+        ]
+        for session in idle:
+            del self.sessions[session.session_id]
+            self._locks.pop(session.session_id, None)
+            self.expired[session.session_id] = (
+                f"idle for more than {self.session_idle_timeout_s:g} s (gateway.session_idle_timeout_s)"
+            )
+            while len(self.expired) > _EXPIRED_REMEMBERED:
+                self.expired.popitem(last=False)
+            self.metrics.sessions_expired.inc(reason="idle")
+            log.info("session %s of episode %s expired (idle)", session.session_id, session.episode_id)
+        return len(idle)
+
+    async def expire_idle_forever(self, every_s: float = 30.0) -> None:
+        """The expiry sweep, run beside the server (a task of the app's lifespan)."""
+        while True:
+            await anyio.sleep(min(every_s, self.session_idle_timeout_s / 2))
+            self.expire_idle()
+
     # -- drain ----------------------------------------------------------------------------------------
 
     async def drain(self, timeout_s: float) -> dict[str, Any]:
-        """Stop admitting chat calls (503) and wait up to ``timeout_s`` for those in flight to finish."""
+        """Stop admitting chat calls (503) and wait up to ``timeout_s`` for those in flight to finish.
+        Concurrent drains wait on the same idle event, so each returns as soon as the gateway is idle."""
         if not self.draining:
             self.draining = True
             self._resumed = anyio.Event()
-        if self.in_flight:
-            self._idle = anyio.Event()
-            with anyio.move_on_after(timeout_s):
-                await self._idle.wait()
+        with anyio.move_on_after(timeout_s):
+            await self._idle.wait()
         return self.drain_status()
 
     def resume(self) -> dict[str, Any]:
         self.draining = False
         self._resumed.set()
         return self.drain_status()
+
+    async def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, detail): ready to serve chat calls when the engine answers its health check and the
+        gateway is not draining. Liveness (the process answers) is ``/health``; this is ``/ready``."""
+        now = self._clock()
+        if self._engine_checked is None or now - self._engine_checked[0] > _ENGINE_CHECK_S:
+            self._engine_checked = (now, *(await self.engine.health()))
+            self.metrics.engine_up.set(int(self._engine_checked[1]))
+        _, engine_ok, detail = self._engine_checked
+        return engine_ok and not self.draining, {
+            "engine": detail,
+            "draining": self.draining,
+            "sessions": len(self.sessions),
+            "in_flight": self.in_flight,
+        }
+
+    @property
+    def engine_state(self) -> str:
+        """The engine's state at the last readiness check ("unknown" before the first)."""
+        return "unknown" if self._engine_checked is None else self._engine_checked[2]
 
     def drain_status(self) -> dict[str, Any]:
         return {"draining": self.draining, "in_flight": self.in_flight, "idle": self.in_flight == 0}
@@ -195,23 +279,45 @@ class Gateway:
             return _refusal_reply(r)
         session.known_request = call.known
         self.in_flight += 1
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        session.in_flight += 1
+        session.last_active = self._clock()
         try:
             return await self._generate_and_record(session, call, started_at, t0)
         except Refusal as r:
             return _refusal_reply(r)
         except EngineHTTPError as e:
-            return Reply(e.status, raw=e.body, media_type=e.content_type)
+            return _refusal_reply(Refusal(e.status, engine_error_message(e), code="engine_error"))
         except EngineUnavailable as e:
             return _refusal_reply(Refusal(503, str(e), code="engine_unavailable"))
         except EngineProtocolError as e:
             return _refusal_reply(Refusal(502, f"invalid engine reply: {e}", code="engine_protocol"))
+        except anyio.get_cancelled_exc_class():
+            self.metrics.cancelled.inc()  # the client went away (the engine client aborted the engine's work)
+            raise
         finally:
             self.in_flight -= 1
-            if self.in_flight == 0 and self._idle is not None:
+            session.in_flight -= 1
+            session.last_active = self._clock()
+            if self.in_flight == 0:
                 self._idle.set()
 
-    def prepare(self, session: Session, call: ChatCall) -> Prepared:
-        """Steps 2-3: match the parent and build the prompt ids (synchronous, no I/O)."""
+    async def prepare_async(self, session: Session, call: ChatCall) -> Prepared:
+        """``prepare``, with a large new part rendered and tokenized in a worker thread: megabytes of
+        text take a second, and the event loop serves every other session (and /health) meanwhile. The
+        call tree is read on the event loop only."""
+        match = self.match_parent(session, call)
+        new = call.messages[match.start :]
+        if sum(len(p) for m in new for p in m.parts if isinstance(p, str)) <= _INLINE_RENDER_CHARS:
+            return self.prepare(session, call, match)
+        after = match.parent.completion_ids if match.parent else None
+        delta = await anyio.to_thread.run_sync(
+            lambda: self.renderer.render_delta(new, after_completion=after)
+        )
+        return self.prepare(session, call, match, delta)
+
+    def match_parent(self, session: Session, call: ChatCall) -> Match:
+        """Step 2: the call this request extends; 409 if that reply was cut by length."""
         match = session.tree.match(call.messages)
         parent = match.parent
         if parent is not None and parent.cut_by_length:
@@ -221,9 +327,19 @@ class Gateway:
                 "a truncated reply cannot be continued",
                 code="truncated_parent",
             )
-        delta = self.renderer.render_delta(
-            call.messages[match.start :], after_completion=parent.completion_ids if parent else None
-        )
+        return match
+
+    def prepare(
+        self, session: Session, call: ChatCall, match: Match | None = None, delta: RenderedDelta | None = None
+    ) -> Prepared:
+        """Steps 2-3: match the parent and build the prompt ids (synchronous, no I/O); the completion is
+        capped by ``max_new_tokens_cap`` and by the room the context length leaves."""
+        match = match or self.match_parent(session, call)
+        parent = match.parent
+        if delta is None:
+            delta = self.renderer.render_delta(
+                call.messages[match.start :], after_completion=parent.completion_ids if parent else None
+            )
         if parent is None:
             prompt_ids, delta_start, before = delta.ids, 0, None
         else:
@@ -231,6 +347,20 @@ class Gateway:
             delta_start = len(prompt_ids)
             before = JsonIds(parent.ids_json, delta_start)
             prompt_ids.extend(delta.ids)
+        room = self.context_length - len(prompt_ids)
+        if room < 1:
+            # OpenAI's wording and code: LiteLLM maps it to ContextWindowExceededError, and computer-1
+            # answers that by compacting its history.
+            raise Refusal(
+                400,
+                f"This model's maximum context length is {self.context_length} tokens. However, your "
+                f"messages resulted in {len(prompt_ids)} tokens.",
+                code="context_length_exceeded",
+            )
+        asked = call.sampling.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
+        call = replace(
+            call, sampling={**call.sampling, "max_new_tokens": min(asked, self.max_new_tokens_cap, room)}
+        )
         return Prepared(
             call_id=uuid.uuid4().hex,
             call=call,
@@ -248,7 +378,7 @@ class Gateway:
     async def _generate_and_record(
         self, session: Session, call: ChatCall, started_at: float, t0: float
     ) -> Reply:
-        prepared = self.prepare(session, call)
+        prepared = await self.prepare_async(session, call)
         prep_ms = (time.perf_counter() - t0) * 1e3
         reply, images = await self._generate_storing_images(session, prepared)
         if reply.finish_reason == "abort":

@@ -7,6 +7,8 @@ published, so the published records of an episode are gap-free even when a call 
 from __future__ import annotations
 
 import math
+import re
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -14,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from cua_stream.engine.params import SamplingParams
+from cua_stream.errors import SamplingError
 from cua_stream.events import CallKind
 from cua_stream.gateway.calltree import CallNode, CallTree
 from cua_stream.gateway.refusal import bad_request
@@ -34,23 +38,35 @@ class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def __post_init__(self) -> None:
         # ValueError becomes msgspec.ValidationError, which the app answers with 400.
+        for name in ("run_id", "group_id", "episode_id"):
+            value = getattr(self, name)
+            if not value or len(value) > 512 or not value.isprintable():
+                raise ValueError(f"{name}: required, printable, at most 512 characters")
         temperature = self.sampling.get("temperature")
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
             raise ValueError("sampling.temperature: the training temperature is required (a number >= 0)")
         unknown = set(self.sampling) - TRAINING_SAMPLING_FIELDS
         if unknown:
             raise ValueError(f"sampling: unknown fields {sorted(unknown)}")
-        if self.session_id is not None and not _is_url_safe(self.session_id):
-            raise ValueError("session_id: use letters, digits, '-', '_' or '.' (at most 128)")
+        # The engine's own rules, so a session never holds sampling every call of it would be refused for.
+        try:
+            params = SamplingParams.from_request(self.sampling)
+        except SamplingError as e:
+            raise ValueError(str(e).replace("sampling_params.", "sampling.")) from None
+        if "max_new_tokens" in self.sampling and params.max_new_tokens < 1:
+            raise ValueError("sampling.max_new_tokens: must be >= 1 (0 would record empty completions)")
+        if self.session_id is not None and not _SESSION_ID.fullmatch(self.session_id):
+            raise ValueError(
+                "session_id: 1-128 letters, digits, '-', '_' or '.', starting with a letter, digit, "
+                "'-' or '_' (so never '.' or '..')"
+            )
 
 
 TRAINING_SAMPLING_FIELDS = frozenset(
     {"temperature", "top_p", "top_k", "min_p", "max_new_tokens", "stop", "stop_token_ids"}
 )
-
-
-def _is_url_safe(s: str) -> bool:
-    return 0 < len(s) <= 128 and all(c.isascii() and (c.isalnum() or c in "-_.") for c in s)
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
+"""URL-path safe, and never a dot segment (``.``/``..`` are normalised away by clients and proxies)."""
 
 
 @dataclass(eq=False)
@@ -70,6 +86,10 @@ class Session:
     kinds: Counter[str] = field(default_factory=Counter)
     known_request: KnownRequest | None = None
     """The last request read, with its bytes: the next one is read past the messages they share."""
+    last_active: float = field(default_factory=time.monotonic)
+    """When a call last started or ended (monotonic): idle expiry counts from here."""
+    in_flight: int = 0
+    """Calls of this session being served (a session with a call in flight is never idle)."""
 
     @classmethod
     def create(cls, spec: SessionSpec, now: float) -> Session:

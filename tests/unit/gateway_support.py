@@ -7,16 +7,25 @@ import base64
 import functools
 import io
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from PIL import Image, ImageDraw
 
-from cua_stream.events import VersionSpan
+from cua_stream.blobs import LocalBlobStore
+from cua_stream.bus.memory import MemorySink
+from cua_stream.events import SummaryEvent, TurnEvent, VersionSpan
+from cua_stream.gateway.app import create_app
 from cua_stream.gateway.engine_client import EngineReply, JsonIds, JsonStrings
 from cua_stream.gateway.rendering import Renderer
+from cua_stream.gateway.service import Gateway
+from cua_stream.topics import SUMMARIES, TURNS, TopicSpec
+
+TEMPERATURE = 0.8
 
 
 @functools.cache
@@ -48,6 +57,21 @@ def screenshot_bytes(i: int, size: tuple[int, int] = (320, 180), fmt: str = "WEB
     buf = io.BytesIO()
     img.save(buf, fmt, quality=80) if fmt == "WEBP" else img.save(buf, fmt)
     return buf.getvalue()
+
+
+def png_bomb(side: int = 20_000) -> bytes:
+    """A 1-bit PNG of side x side white pixels: tiny compressed, 400 Mpx decoded."""
+    import struct
+    import zlib
+
+    row = b"\x00" + b"\xff" * (side // 8)
+    compressed = zlib.compress(row * side, 9)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", side, side, 1, 0, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", compressed) + chunk(b"IEND", b"")
 
 
 def data_url(data: bytes, mime: str = "image/webp") -> str:
@@ -85,6 +109,11 @@ class ScriptedEngine:
     script: deque[Any] = field(default_factory=deque)
     calls: list[EngineCall] = field(default_factory=list)
     version: int = 3
+
+    healthy: bool = True
+
+    async def health(self) -> tuple[bool, str]:
+        return self.healthy, "ok" if self.healthy else "unreachable: ConnectError"
 
     def then(self, *items: Any) -> ScriptedEngine:
         self.script.extend(items)
@@ -131,3 +160,60 @@ def chain(events: Iterator[Any] | list[Any]) -> dict[str, list[int]]:
         prefix = full[ev.parent_call_id] if ev.parent_call_id else []
         full[ev.call_id] = [*prefix, *ev.prompt_ids, *ev.completion_ids]
     return full
+
+
+class FlakySink(MemorySink):
+    """Fails the next ``failures`` publishes (a broker outage), then behaves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 0
+
+    async def publish(self, spec: TopicSpec, event: Any) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("broker down")
+        await super().publish(spec, event)
+
+
+class Harness:
+    def __init__(self, renderer: Renderer, tmp_path: Path, api_key: str | None = None) -> None:
+        self.engine = ScriptedEngine(renderer)
+        self.sink = FlakySink()
+        self.blobs = LocalBlobStore(tmp_path / "blobs")
+        self.gateway = Gateway(renderer=renderer, engine=self.engine, sink=self.sink, blobs=self.blobs)
+        self.app = create_app(self.gateway, api_key=api_key)
+        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gw")
+
+    async def session(self, **sampling: Any) -> str:
+        body = {
+            "run_id": "run",
+            "group_id": "g1",
+            "episode_id": "ep1",
+            "sampling": {"temperature": TEMPERATURE, "max_new_tokens": 64, **sampling},
+        }
+        r = await self.http.post("/sessions", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()["session_id"]
+
+    async def chat(self, sid: str, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
+        body = {"model": "policy", "messages": messages, "temperature": TEMPERATURE, **extra}
+        return await self.http.post(f"/sessions/{sid}/v1/chat/completions", json=body)
+
+    def turns(self) -> list[TurnEvent]:
+        return self.sink.of(TURNS)  # type: ignore[return-value]
+
+    def summaries(self) -> list[SummaryEvent]:
+        return self.sink.of(SUMMARIES)  # type: ignore[return-value]
+
+
+@pytest.fixture
+async def h(renderer: Renderer, tmp_path: Path) -> AsyncIterator[Harness]:
+    harness = Harness(renderer, tmp_path)
+    async with harness.http:
+        yield harness
+
+
+def reply_of(r: httpx.Response) -> dict[str, Any]:
+    assert r.status_code == 200, r.text
+    return {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]}

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import torch
 
+from cua_stream.engine.params import SamplingError, SamplingParams
 from cua_stream.engine.runner import EngineInputError, Gate, decode_image_data
-from cua_stream.engine.sampling import SamplingError, SamplingParams, draw
+from cua_stream.engine.sampling import draw
 from cua_stream.events import VersionSpan
 from cua_stream.gateway.engine_client import EngineProtocolError, parse_generate_response
 

@@ -8,12 +8,21 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from cua_stream.errors import Refusal
 from cua_stream.gateway.messages import Message, assistant_reply, parse_messages
 from cua_stream.gateway.mismatch import MismatchType, compare
 from cua_stream.gateway.rendering import Renderer
 from cua_stream.gateway.template import render
 from cua_stream.models.tiny import IM_END_ID, IM_START_ID, IMAGE_PAD_ID
-from tests.unit.gateway_support import qwen_processor, renderer, screenshot_bytes, screenshot_url, user_turn
+from tests.unit.gateway_support import (
+    data_url,
+    png_bomb,
+    qwen_processor,
+    renderer,
+    screenshot_bytes,
+    screenshot_url,
+    user_turn,
+)
 
 __all__ = ["qwen_processor", "renderer"]  # fixtures
 
@@ -158,12 +167,37 @@ def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def test_wrapped_base64_is_read_like_base64_d(renderer: Renderer) -> None:
+@pytest.mark.parametrize(
+    "mangle",
+    [
+        lambda b64: "\n".join(b64[i : i + 76] for i in range(0, len(b64), 76)),  # `base64` without -w0
+        lambda b64: b64.rstrip("="),  # missing padding
+        lambda b64: b64 + "AAAA!!",  # trailing junk
+    ],
+    ids=["line-breaks", "no-padding", "trailing-junk"],
+)
+def test_base64_that_the_engine_refuses_is_refused_here_too(renderer: Renderer, mangle: Any) -> None:
     import base64
 
-    png = screenshot_bytes(2, (1280, 720), fmt="PNG")
-    wrapped = base64.encodebytes(png).decode()  # 76-character lines, as `base64` without -w0 writes
-    msgs = parse_messages([user_turn("", f"data:image/png;base64,{wrapped}")])
-    prepared = renderer.prepare_image(msgs[0].images()[0])
-    assert (prepared.width, prepared.height, prepared.n_tokens) == (1280, 720, 220)
-    assert prepared.stored()[0] == png
+    from cua_stream.engine.runner import EngineInputError, decode_image_data
+
+    png = next(p for i in range(9) if len(p := screenshot_bytes(i, (1280, 720), fmt="PNG")) % 3)
+    url = f"data:image/png;base64,{mangle(base64.b64encode(png).decode())}"
+    with pytest.raises(Refusal, match="strict base64"):  # from the header read, or else the full decode
+        renderer.prepare_image(parse_messages([user_turn("", url)])[0].images()[0]).stored()
+    with pytest.raises(EngineInputError, match="strict base64"):  # the engine's rule is the same one
+        decode_image_data(url)
+
+
+def test_the_recorded_mime_type_comes_from_the_bytes_not_the_label(renderer: Renderer) -> None:
+    png = screenshot_bytes(3, (320, 180), fmt="PNG")
+    msgs = parse_messages([user_turn("", data_url(png, "image/webp"))])  # Harbor labels by file suffix
+    assert renderer.prepare_image(msgs[0].images()[0]).stored()[1].mime == "image/png"
+
+
+def test_an_image_over_the_pixel_limit_is_refused_from_its_header(renderer: Renderer) -> None:
+    bomb = png_bomb()
+    assert len(bomb) < 100_000
+    msgs = parse_messages([user_turn("", data_url(bomb, "image/png"))])
+    with pytest.raises(Refusal, match="over the limit"):
+        renderer.prepare_image(msgs[0].images()[0])

@@ -3,7 +3,6 @@ chaining, every refusal with its code, pass-through, drain, durability."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,83 +12,24 @@ import msgspec
 import pytest
 
 from cua_stream.blobs import LocalBlobStore
-from cua_stream.bus.memory import MemorySink
-from cua_stream.events import CallKind, SummaryEvent, TurnEvent
-from cua_stream.gateway.app import create_app
+from cua_stream.events import CallKind
 from cua_stream.gateway.engine_client import EngineHTTPError, EngineUnavailable
 from cua_stream.gateway.rendering import Renderer
-from cua_stream.gateway.service import Gateway
-from cua_stream.topics import SUMMARIES, TURNS, TopicSpec
 from tests.unit.gateway_support import (
-    ScriptedEngine,
+    TEMPERATURE,
+    Harness,
     chain,
+    h,
     qwen_processor,
     renderer,
+    reply_of,
     screenshot_url,
     user_turn,
 )
 
-__all__ = ["qwen_processor", "renderer"]  # fixtures
+__all__ = ["h", "qwen_processor", "renderer"]  # fixtures
 
 pytestmark = pytest.mark.anyio
-TEMPERATURE = 0.8
-
-
-class FlakySink(MemorySink):
-    """Fails the next ``failures`` publishes (a broker outage), then behaves."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures = 0
-
-    async def publish(self, spec: TopicSpec, event: Any) -> None:
-        if self.failures:
-            self.failures -= 1
-            raise ConnectionError("broker down")
-        await super().publish(spec, event)
-
-
-class Harness:
-    def __init__(self, renderer: Renderer, tmp_path: Path, api_key: str | None = None) -> None:
-        self.engine = ScriptedEngine(renderer)
-        self.sink = FlakySink()
-        self.blobs = LocalBlobStore(tmp_path / "blobs")
-        self.gateway = Gateway(renderer=renderer, engine=self.engine, sink=self.sink, blobs=self.blobs)
-        self.app = create_app(self.gateway, api_key=api_key)
-        self.http = httpx.AsyncClient(transport=httpx.ASGITransport(app=self.app), base_url="http://gw")
-
-    async def session(self, **sampling: Any) -> str:
-        body = {
-            "run_id": "run",
-            "group_id": "g1",
-            "episode_id": "ep1",
-            "sampling": {"temperature": TEMPERATURE, "max_new_tokens": 64, **sampling},
-        }
-        r = await self.http.post("/sessions", json=body)
-        assert r.status_code == 201, r.text
-        return r.json()["session_id"]
-
-    async def chat(self, sid: str, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
-        body = {"model": "policy", "messages": messages, "temperature": TEMPERATURE, **extra}
-        return await self.http.post(f"/sessions/{sid}/v1/chat/completions", json=body)
-
-    def turns(self) -> list[TurnEvent]:
-        return self.sink.of(TURNS)  # type: ignore[return-value]
-
-    def summaries(self) -> list[SummaryEvent]:
-        return self.sink.of(SUMMARIES)  # type: ignore[return-value]
-
-
-@pytest.fixture
-async def h(renderer: Renderer, tmp_path: Path) -> AsyncIterator[Harness]:
-    harness = Harness(renderer, tmp_path)
-    async with harness.http:
-        yield harness
-
-
-def reply_of(r: httpx.Response) -> dict[str, Any]:
-    assert r.status_code == 200, r.text
-    return {"role": "assistant", "content": r.json()["choices"][0]["message"]["content"]}
 
 
 async def test_turns_chain_exactly_into_what_the_engine_saw(h: Harness) -> None:
@@ -224,7 +164,12 @@ async def test_engine_errors_pass_through_unrecorded(h: Harness) -> None:
     h.engine.then(EngineHTTPError(400, body, "application/json"), EngineUnavailable("connection refused"))
     h.engine.then(("abort", ""))
     r = await h.chat(sid, [user_turn("hi")])
-    assert r.status_code == 400 and r.content == body
+    assert r.status_code == 400 and r.json()["error"] == {
+        "message": "engine answered 400: sampling_params.frequency_penalty unsupported",
+        "type": "invalid_request_error",
+        "code": "engine_error",
+        "param": None,
+    }
     r = await h.chat(sid, [user_turn("hi")])
     assert r.status_code == 503 and "connection refused" in r.text
     r = await h.chat(sid, [user_turn("hi")])
@@ -234,6 +179,11 @@ async def test_engine_errors_pass_through_unrecorded(h: Harness) -> None:
     info = (await h.http.get(f"/sessions/{sid}")).json()
     assert info["statuses"] == [400, 503, 503] and info["n_calls"] == 1
     assert h.turns()[0].seq == 0
+    # a plain-text 500 from the engine reaches the client in the OpenAI error shape, never as it was
+    h.engine.then(EngineHTTPError(500, b"Internal Server Error", "text/plain"))
+    r = await h.chat(sid, [user_turn("hi")])
+    assert r.status_code == 500 and r.headers["content-type"] == "application/json"
+    assert r.json()["error"]["message"] == "engine answered 500: Internal Server Error"
 
 
 async def test_a_record_that_cannot_be_published_is_not_acknowledged(h: Harness) -> None:
@@ -316,10 +266,19 @@ async def test_session_lifecycle_and_bad_session_bodies(h: Harness) -> None:
 
 async def test_api_key_is_required_when_configured(renderer: Renderer, tmp_path: Path) -> None:
     harness = Harness(renderer, tmp_path, api_key="s3cret")
+    body = {"run_id": "r", "group_id": "g", "episode_id": "e", "sampling": {"temperature": 0.8}}
     async with harness.http:
-        assert (await harness.http.get("/health")).status_code == 401
-        harness.http.headers["authorization"] = "Bearer s3cret"
-        assert (await harness.http.get("/health")).status_code == 200
+        for path in ("/health", "/ready", "/metrics"):  # probes and scrapers carry no key
+            assert (await harness.http.get(path)).status_code == 200, path
+        for header in (None, "s3cret", "Basic s3cret", "Bearer wrong", "Bearer", "Bearers3cret"):
+            headers = {} if header is None else {"authorization": header}
+            r = await harness.http.post("/sessions", json=body, headers=headers)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", header
+        for n, header in enumerate(("Bearer s3cret", "bearer s3cret", "BEARER  s3cret")):  # RFC 7235
+            r = await harness.http.post(
+                "/sessions", json={**body, "session_id": f"s{n}"}, headers={"authorization": header}
+            )
+            assert r.status_code == 201, header
 
 
 async def test_an_image_that_is_not_an_image_is_refused(h: Harness) -> None:

@@ -287,8 +287,20 @@ class TrainStep(Event, frozen=True, kw_only=True, tag="train_step"):
     finished_at: float
 
 
+class Trimmed(msgspec.Struct, frozen=True, kw_only=True):
+    """A part of a dead-lettered record too large to carry whole: only a prefix of it was kept."""
+
+    part: str
+    """``key``, ``value`` or ``header:<name>``."""
+    size: int
+    """Its full size in bytes."""
+    sha256: str
+    """The sha256 of the full bytes (to match the original, e.g. in a replay of the source topic)."""
+
+
 class DeadLetter(Event, frozen=True, kw_only=True, tag="dead_letter"):
-    """A record no consumer could process, kept byte-for-byte with its coordinates and the reason."""
+    """A record no consumer could process, kept byte-for-byte with its coordinates and the reason (parts
+    too large to fit under the broker's message size keep a prefix, their size and sha256)."""
 
     reason: str
     error: str
@@ -299,6 +311,10 @@ class DeadLetter(Event, frozen=True, kw_only=True, tag="dead_letter"):
     value: bytes | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     at: float
+    null_headers: tuple[int, ...] = ()
+    """Positions in ``headers`` whose value was null on the wire (legal in Kafka; carried as b"")."""
+    trimmed: tuple[Trimmed, ...] = ()
+    """Parts cut to a prefix so the dead letter fits; empty: every byte is here."""
 
 
 RECORD_TYPES: tuple[type[Event], ...] = (
@@ -377,11 +393,3 @@ def headers_for(event: Event) -> list[tuple[str, bytes]]:
     if version is not None:
         headers.append(("policy_version", str(version).encode()))
     return headers
-
-
-def key_for(event: Event) -> bytes:
-    """Partition key: group_id for episode records (co-partitioning), run_id otherwise."""
-    if isinstance(event, DeadLetter):
-        return event.key or b""
-    group_id = getattr(event, "group_id", None)
-    return (group_id if group_id is not None else event.run_id).encode()

@@ -3,13 +3,18 @@ run prefix, byte-for-byte (same keys, values, headers, partitions, per-partition
 
 A record that no longer decodes is still replayed: it is the run's history, and a debugging session is
 often about exactly that record. JSONL lines carry the raw value (base64) beside the decoded event, so a
-JSONL file loses nothing either.
+JSONL file loses nothing either (a null header value stays null).
+
+Both formats start with a header naming the file format and the event schema it was written under
+(``FILE_FORMAT``, ``events.SCHEMA``), so a reader can tell what it holds; files from before the header
+existed are still read.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,14 +24,28 @@ import msgspec
 from aiokafka.structs import ConsumerRecord
 
 from cua_stream.bus.admin import TopicAdmin
-from cua_stream.bus.codec import OutRecord
+from cua_stream.bus.codec import OutRecord, header_text, json_line
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import Bound, read_raw
 from cua_stream.config import BusConfig
-from cua_stream.events import decode, to_builtins
+from cua_stream.events import SCHEMA, decode, to_builtins
 from cua_stream.topics import TopicSpec
 
 FileFormat = Literal["jsonl", "msgpack"]
+FILE_FORMAT = "cua-stream-replay/1"
+_MSGPACK_MAGIC = b"CUA-REPLAY\n"
+"""First bytes of a msgpack replay file (then one length-prefixed header, then the records)."""
+
+
+class ReplayHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """What a replay file holds: its format, the event schema, the source topic and range."""
+
+    format: str = FILE_FORMAT
+    schema: str = SCHEMA
+    topic: str
+    start: str
+    end: str
+    written_at: float
 
 
 class ReplayedRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -38,7 +57,7 @@ class ReplayedRecord(msgspec.Struct, frozen=True, kw_only=True):
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, bytes | None]]
 
 
 @dataclass(frozen=True)
@@ -56,7 +75,7 @@ def _record(msg: ConsumerRecord) -> ReplayedRecord:
         timestamp_ms=msg.timestamp,
         key=msg.key,
         value=msg.value,
-        headers=[(k, bytes(v)) for k, v in (msg.headers or ())],
+        headers=[(k, None if v is None else bytes(v)) for k, v in (msg.headers or ())],
     )
 
 
@@ -72,7 +91,7 @@ def jsonl_line(rec: ReplayedRecord) -> str:
         "offset": rec.offset,
         "timestamp_ms": rec.timestamp_ms,
         "key": rec.key.decode(errors="replace") if rec.key is not None else None,
-        "headers": {k: v.decode(errors="replace") for k, v in rec.headers},
+        "headers": header_text(rec.headers),
     }
     try:
         doc["event"] = to_builtins(decode(rec.value)) if rec.value is not None else None
@@ -84,15 +103,34 @@ def jsonl_line(rec: ReplayedRecord) -> str:
         "value": _b64(rec.value),
         "headers": [[k, _b64(v)] for k, v in rec.headers],
     }
-    return json.dumps(doc, separators=(",", ":"))
+    return json_line(doc)
+
+
+def read_header(path: Path) -> ReplayHeader | None:
+    """The file's header (None for a file written before headers existed)."""
+    if path.suffix == ".jsonl":
+        with path.open() as f:
+            first = json.loads(f.readline() or "{}")
+        return msgspec.convert(first, ReplayHeader) if first.get("format") else None
+    with path.open("rb") as f:
+        head = f.read(len(_MSGPACK_MAGIC) + 4)
+        if not head.startswith(_MSGPACK_MAGIC):
+            return None
+        n = int.from_bytes(head[len(_MSGPACK_MAGIC) :], "big")
+        return msgspec.msgpack.decode(f.read(n), type=ReplayHeader)
 
 
 def read_file(path: Path) -> Iterator[ReplayedRecord]:
     """Records back from a replay file (either format), exactly as they were on the topic."""
+    header = read_header(path)
+    if header is not None and header.format != FILE_FORMAT:
+        raise ValueError(f"{path}: replay format {header.format!r}; this reader knows {FILE_FORMAT!r}")
     if path.suffix == ".jsonl":
         with path.open() as f:
             for line in f:
                 doc = json.loads(line)
+                if "format" in doc:
+                    continue
                 raw = doc["raw"]
                 yield ReplayedRecord(
                     topic=doc["topic"],
@@ -101,14 +139,18 @@ def read_file(path: Path) -> Iterator[ReplayedRecord]:
                     timestamp_ms=doc["timestamp_ms"],
                     key=None if raw["key"] is None else base64.b64decode(raw["key"]),
                     value=None if raw["value"] is None else base64.b64decode(raw["value"]),
-                    headers=[(k, base64.b64decode(v)) for k, v in raw["headers"]],
+                    headers=[(k, None if v is None else base64.b64decode(v)) for k, v in raw["headers"]],
                 )
     else:
         decoder = msgspec.msgpack.Decoder(ReplayedRecord)
         with path.open("rb") as f:
             data = f.read()
-        # The file is a sequence of length-prefixed msgpack records (4-byte big-endian length).
+        # The file is a sequence of length-prefixed msgpack records (4-byte big-endian length), after
+        # the magic and the length-prefixed header.
         pos = 0
+        if data.startswith(_MSGPACK_MAGIC):
+            pos = len(_MSGPACK_MAGIC)
+            pos += 4 + int.from_bytes(data[pos : pos + 4], "big")
         while pos < len(data):
             n = int.from_bytes(data[pos : pos + 4], "big")
             yield decoder.decode(data[pos + 4 : pos + 4 + n])
@@ -129,7 +171,13 @@ async def replay_to_file(
     encoder = msgspec.msgpack.Encoder()
     counts: dict[int, int] = {}
     out.parent.mkdir(parents=True, exist_ok=True)
+    header = ReplayHeader(topic=topic, start=_bound_text(start), end=_bound_text(end), written_at=time.time())
     with out.open("w" if fmt == "jsonl" else "wb") as f:
+        if fmt == "jsonl":
+            f.write(json_line(msgspec.to_builtins(header)) + "\n")
+        else:
+            encoded = msgspec.msgpack.encode(header)
+            f.write(_MSGPACK_MAGIC + len(encoded).to_bytes(4, "big") + encoded)
         async for msg in read_raw(config, topic, start=start, end=end, partitions=partitions):
             rec = _record(msg)
             if fmt == "jsonl":
@@ -139,6 +187,10 @@ async def replay_to_file(
                 f.write(len(body).to_bytes(4, "big") + body)
             counts[rec.partition] = counts.get(rec.partition, 0) + 1
     return ReplayResult(sum(counts.values()), counts, str(out))
+
+
+def _bound_text(bound: Bound) -> str:
+    return bound.kind if bound.kind in ("beginning", "end") else f"{bound.kind}:{bound.value}"
 
 
 async def replay_to_prefix(

@@ -6,7 +6,6 @@ a record it cannot decode is shown as such and skipped.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ import msgspec
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from cua_stream.bus.codec import header_text, json_line
 from cua_stream.bus.consumer import decode_message, make_kafka_consumer, partitions_of, start_consumer
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
@@ -55,7 +55,7 @@ class Filter:
             clauses.setdefault(field.strip(), set()).add(value.strip())
         return cls({k: frozenset(v) for k, v in clauses.items()})
 
-    def matches(self, headers: dict[str, str], event: Event | None) -> bool:
+    def matches(self, headers: dict[str, str | None], event: Event | None) -> bool:
         for field, wanted in self.clauses.items():
             value = headers.get(field)
             if value is None and event is not None:
@@ -123,12 +123,12 @@ def render_json(msg: ConsumerRecord, event: Event | None, error: str | None) -> 
         "partition": msg.partition,
         "offset": msg.offset,
         "timestamp_ms": msg.timestamp,
-        "headers": {k: v.decode(errors="replace") for k, v in (msg.headers or ())},
+        "headers": header_text(msg.headers or ()),
         "event": to_builtins(event) if event is not None else None,
     }
     if error is not None:
         doc["error"] = error
-    return json.dumps(doc, separators=(",", ":"))
+    return json_line(doc)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ async def follow(
             for msgs in polled.values():
                 for msg in msgs:
                     event, error = _decode(by_name, msg)
-                    headers = {k: v.decode(errors="replace") for k, v in (msg.headers or ())}
+                    headers = header_text(msg.headers or ())
                     if not where.matches(headers, event):
                         continue
                     emit((render_json if as_json else render_line)(msg, event, error))

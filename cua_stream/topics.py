@@ -78,6 +78,38 @@ DLQ = TopicSpec(
     "dlq", (DeadLetter,), "original", "delete", 30 * DAY_MS, False, "records no consumer could process"
 )
 
+
+def partition_of(key: bytes, partitions: int) -> int:
+    """The partition Kafka's Java client (and aiokafka) gives ``key`` among ``partitions``: murmur2, sign
+    bit cleared, modulo the count. cua-stream's producers send every episode record to this partition
+    explicitly, so a group's records co-partition whatever client library wrote them or reads them
+    (librdkafka's default partitioner, for one, hashes keys with crc32)."""
+    return (_murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def _murmur2(data: bytes) -> int:
+    """32-bit MurmurHash2 with Kafka's seed, as a signed int (Kafka's ``Utils.murmur2``)."""
+    m, mask = 0x5BD1E995, 0xFFFFFFFF
+    length = len(data)
+    h = (0x9747B28C ^ length) & mask
+    whole = length - length % 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> 24
+        k = (k * m) & mask
+        h = ((h * m) & mask) ^ k
+    tail = data[whole:]
+    if tail:
+        for i in reversed(range(len(tail))):
+            h ^= tail[i] << (8 * i)
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
 ALL: tuple[TopicSpec, ...] = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, POLICY, TRAIN_STEPS, DLQ)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL}
 

@@ -87,7 +87,10 @@ class Scorer:
         self.config = config
         self.metrics = ScorerMetrics()
         self.transform = ScoreTransform(
-            lambda parts: scan(config.bus, SCORES, parts), choice=config.choice, metrics=self.metrics
+            lambda: scan(config.bus, SCORES),
+            choice=config.choice,
+            metrics=self.metrics,
+            partitions=config.bus.episode_partitions,
         )
         self.processor = TransactionalProcessor(
             config.bus,

@@ -1,17 +1,51 @@
-"""Pure translation between events and Kafka records, including the dead-letter verdict. No I/O."""
+"""Pure translation between events and Kafka records, including the dead-letter verdict. No I/O.
+
+The decode boundary checks more than bytes: an episode record must name its run, group and episode
+(an empty id could not be joined or deduplicated), and the same check refuses such a record before it
+is ever produced. Header values may be null (Kafka allows it); everything here copes.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
-from cua_stream.errors import RecordError, UndecodableRecord, UnexpectedRecordType, UnknownSchema
-from cua_stream.events import SCHEMA, AnyEvent, DeadLetter, Event, decode, encode, headers_for, key_for
+from cua_stream.errors import (
+    InvalidIdentity,
+    RecordError,
+    UndecodableRecord,
+    UnexpectedRecordType,
+    UnknownSchema,
+)
+from cua_stream.events import (
+    SCHEMA,
+    AnyEvent,
+    DeadLetter,
+    EpisodeEvent,
+    Event,
+    Trimmed,
+    decode,
+    encode,
+    headers_for,
+    tag_of,
+)
 from cua_stream.topics import TopicSpec
 
-Headers = tuple[tuple[str, bytes], ...]
+Headers = tuple[tuple[str, bytes | None], ...]
+"""Record headers as consumed (a value may be null)."""
+
+DEAD_LETTER_BUDGET = 512 * 1024
+"""Bytes of the original record a dead letter carries at most (key + value + headers): well under the
+broker's default message size (1 MiB), whatever the source record weighed (a 12 MiB value that arrived
+gzip-compressed, a 3 MiB key): a dead letter that cannot be produced would stop its stage for good."""
+_PREFIX = 4096
+"""Bytes kept of a part that does not fit."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,7 +55,7 @@ class OutRecord:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]]
+    headers: list[tuple[str, bytes | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +72,29 @@ class Delivery:
     timestamp_ms: int
 
 
+def key_of(spec: TopicSpec, event: Event) -> bytes:
+    """The record key ``spec`` declares: the group id (episode topics co-partition by it), the run id,
+    or a dead letter's original key."""
+    if spec.key == "group_id":
+        return event.group_id.encode()  # type: ignore[attr-defined]
+    if spec.key == "original":
+        return event.key or b"" if isinstance(event, DeadLetter) else b""
+    return event.run_id.encode()
+
+
+def check_identity(event: Event) -> None:
+    """InvalidIdentity if an episode record has an empty run, group or episode id."""
+    if isinstance(event, EpisodeEvent):
+        empty = [name for name in ("run_id", "group_id", "episode_id") if not getattr(event, name)]
+        if empty:
+            raise InvalidIdentity(f"{tag_of(event)} record with an empty {', '.join(empty)}")
+
+
 def encode_record(topic: str, spec: TopicSpec, event: Event) -> OutRecord:
     if not spec.accepts(event):
         raise UnexpectedRecordType(f"{type(event).__name__} does not belong on topic {topic!r}")
-    return OutRecord(topic, key_for(event), encode(event), headers_for(event))
+    check_identity(event)
+    return OutRecord(topic, key_of(spec, event), encode(event), headers_for(event))
 
 
 def header(headers: Headers | list[tuple[str, bytes]], name: str) -> bytes | None:
@@ -49,6 +102,11 @@ def header(headers: Headers | list[tuple[str, bytes]], name: str) -> bytes | Non
         if k == name:
             return v
     return None
+
+
+def header_text(headers: Headers | list[tuple[str, bytes]]) -> dict[str, str | None]:
+    """Headers as text for people (tap, replay files); a null value stays None."""
+    return {k: None if v is None else bytes(v).decode(errors="replace") for k, v in headers}
 
 
 def decode_record(
@@ -70,10 +128,11 @@ def decode_record(
         raise UndecodableRecord("null value (tombstone) on a topic that carries no tombstones")
     try:
         event = decode(value)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise UndecodableRecord(str(e)) from None
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as e:
+        raise UndecodableRecord(str(e) or type(e).__name__) from None
     if not spec.accepts(event):
         raise UnexpectedRecordType(f"{type(event).__name__} does not belong on topic {topic!r}")
+    check_identity(event)
     return Delivery(event, topic, partition, offset, key, value, headers, timestamp_ms)
 
 
@@ -86,17 +145,55 @@ def dead_letter(
     key: bytes | None,
     value: bytes | None,
     headers: Headers,
+    budget: int = DEAD_LETTER_BUDGET,
 ) -> DeadLetter:
+    """The DeadLetter for a record, always small enough to produce: parts beyond ``budget`` keep a
+    prefix, and their full size and sha256 are listed in ``trimmed``."""
     run_id = header(headers, "run_id")
+    trimmed: list[Trimmed] = []
+
+    def fit(part: str, data: bytes | None) -> bytes | None:
+        nonlocal budget
+        if data is None:
+            return None
+        if len(data) <= budget:
+            budget -= len(data)
+            return data
+        trimmed.append(Trimmed(part=part, size=len(data), sha256=hashlib.sha256(data).hexdigest()))
+        kept = data[: min(_PREFIX, max(budget, 0))]
+        budget -= len(kept)
+        return kept
+
+    kept_value = fit("value", value)
+    kept_key = fit("key", key)
+    kept_headers = tuple((name[:256], fit(f"header:{name[:256]}", v) or b"") for name, v in headers)
     return DeadLetter(
-        run_id=run_id.decode(errors="replace") if run_id else "",
+        run_id=run_id.decode(errors="replace")[:256] if run_id else "",
         reason=error.reason,
-        error=str(error),
+        error=str(error)[:2000],
         source_topic=topic,
         partition=partition,
         offset=offset,
-        key=key,
-        value=value,
-        headers=tuple(headers),
+        key=kept_key,
+        value=kept_value,
+        headers=kept_headers,
+        null_headers=tuple(i for i, (_, v) in enumerate(headers) if v is None),
+        trimmed=tuple(trimmed),
         at=time.time(),
     )
+
+
+def json_line(doc: Any) -> str:
+    """One line of strict JSON: non-finite floats (which msgpack carries) become the strings "NaN",
+    "Infinity" and "-Infinity" instead of the bare tokens Python's json writes and JSON forbids."""
+    return json.dumps(_finite(doc), separators=(",", ":"), allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj

@@ -15,16 +15,43 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
-from cua_stream.bus.codec import Delivery, Headers, dead_letter, decode_record
+from cua_stream.bus.codec import Delivery, dead_letter, decode_record
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
-from cua_stream.errors import RecordError
+from cua_stream.errors import Action, CuaError, RecordError, TransformFailed, action_for
 from cua_stream.events import DeadLetter
 from cua_stream.topics import DLQ, TopicSpec
 
 log = logging.getLogger(__name__)
+
+
+def handler_action(error: Exception) -> Action:
+    """What a failure of a stage's handler on one decoded record means: cua-stream's own errors follow
+    the policy table; any other exception is that record's problem (it decoded, yet the handler cannot
+    take it), so it is dead-lettered as ``transform_error`` instead of crash-looping the stage."""
+    return action_for(error) if isinstance(error, CuaError) else Action.DEAD_LETTER
+
+
+def loop_action(error: BaseException) -> Action:
+    """What a failure of the consume/produce/commit machinery means: Kafka client and network errors
+    are retried with backoff (the broker may come back); cua-stream's errors follow the table; anything
+    else is a bug and crashes the process (it restarts from its committed offsets)."""
+    if isinstance(error, (KafkaError, OSError)):
+        return Action.RETRY
+    return action_for(error)
+
+
+def backoff_s(attempt: int) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, ...): 0.5 s doubling to at most 10 s."""
+    return min(10.0, 0.5 * 2 ** (attempt - 1))
+
+
+def transform_failure(error: Exception) -> RecordError:
+    """The RecordError to dead-letter a record with, for a handler failure."""
+    return error if isinstance(error, RecordError) else TransformFailed(f"{type(error).__name__}: {error}")
 
 
 def make_kafka_consumer(
@@ -85,6 +112,20 @@ class DeadLetterRouter:
         await self.producer.publish(DLQ, self.letter(error, msg))
         self.count += 1
 
+    async def route_delivery(self, error: RecordError, d: Delivery) -> None:
+        """Dead-letter a record that decoded but could not be handled."""
+        letter = dead_letter(
+            error,
+            topic=d.topic,
+            partition=d.partition,
+            offset=d.offset,
+            key=d.key,
+            value=d.value,
+            headers=d.headers,
+        )
+        await self.producer.publish(DLQ, letter)
+        self.count += 1
+
 
 def decode_message(topics_by_name: dict[str, TopicSpec], msg: ConsumerRecord) -> Delivery:
     """Decode a consumed record (raises RecordError)."""
@@ -137,6 +178,7 @@ class EventConsumer:
         self._processed: dict[TopicPartition, int] = {}
         self._committed: dict[TopicPartition, int] = {}
         self.assigned = anyio.Event()
+        self.max_retries = 5
 
     @property
     def dead_lettered(self) -> int:
@@ -179,6 +221,26 @@ class EventConsumer:
     async def commit(self) -> None:
         await self._commit(None)
 
+    async def _handle(self, handler: Callable[[Delivery], Awaitable[None]], delivery: Delivery) -> None:
+        """``handler(delivery)`` under the policy table: retried with backoff, dead-lettered, or raised."""
+        attempt = 0
+        while True:
+            try:
+                await handler(delivery)
+                return
+            except Exception as e:
+                action = handler_action(e)
+                attempt += 1
+                if action is Action.RETRY and attempt < self.max_retries:
+                    log.warning("handling %s@%d failed (%s); retrying", delivery.topic, delivery.offset, e)
+                    await anyio.sleep(backoff_s(attempt))
+                    continue
+                if action is not Action.DEAD_LETTER:
+                    raise
+                log.error("dead-lettering %s@%d: the handler raised %r", delivery.topic, delivery.offset, e)
+                await self._router.route_delivery(transform_failure(e), delivery)
+                return
+
     async def _commit(self, only: set[TopicPartition] | None) -> None:
         due = {
             tp: OffsetAndMetadata(off, "")
@@ -202,7 +264,7 @@ class EventConsumer:
         last_commit = time.monotonic()
         async for batch in self.batches():
             for delivery in batch:
-                await handler(delivery)
+                await self._handle(handler, delivery)
                 self.processed(delivery)
                 handled += 1
                 if stop_after is not None and handled >= stop_after:
@@ -212,7 +274,3 @@ class EventConsumer:
                 await self.commit()
                 last_commit = time.monotonic()
         return handled  # pragma: no cover - batches() never ends
-
-
-def headers_dict(headers: Headers) -> dict[str, str]:
-    return {k: v.decode(errors="replace") for k, v in headers}

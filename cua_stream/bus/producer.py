@@ -12,7 +12,7 @@ from aiokafka.structs import RecordMetadata
 from cua_stream.bus.codec import OutRecord, encode_record
 from cua_stream.config import BusConfig
 from cua_stream.events import Event
-from cua_stream.topics import Topics, TopicSpec
+from cua_stream.topics import Topics, TopicSpec, partition_of
 
 SHUTDOWN_FLUSH_S = 30.0
 
@@ -82,9 +82,17 @@ class EventProducer:
     async def send_record(
         self, rec: OutRecord, partition: int | None = None
     ) -> asyncio.Future[RecordMetadata]:
+        """Enqueue ``rec``. A record of an episode topic goes to its group's partition by our own
+        ``partition_of`` (not the client library's partitioner), unless ``partition`` is given."""
+        if partition is None and rec.key is not None and self._co_partitioned(rec.topic):
+            partition = partition_of(rec.key, len(await self._kafka.partitions_for(rec.topic)))
         return await self._kafka.send(
             rec.topic, rec.value, key=rec.key, headers=rec.headers, partition=partition
         )
+
+    def _co_partitioned(self, topic: str) -> bool:
+        spec = self.topics.spec_of_qualified(topic)
+        return spec is not None and spec.key == "group_id"
 
     async def publish(self, spec: TopicSpec, event: Event) -> None:
         """Send and wait until the record is durable (acks=all)."""

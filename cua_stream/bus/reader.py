@@ -19,6 +19,7 @@ from aiokafka.structs import ConsumerRecord
 from cua_stream.bus.codec import Delivery
 from cua_stream.bus.consumer import decode_message, make_kafka_consumer, partitions_of, start_consumer
 from cua_stream.config import BusConfig
+from cua_stream.errors import RecordError
 from cua_stream.topics import TopicSpec
 
 
@@ -109,14 +110,15 @@ async def read_raw(
 async def scan(
     config: BusConfig, spec: TopicSpec, partitions: Iterable[int] | None = None
 ) -> AsyncIterator[Delivery]:
-    """Every decodable committed record of ``spec`` from the beginning to the current end (undecodable
-    ones are skipped: they were dead-lettered when first consumed)."""
+    """Every decodable committed record of ``spec`` from the beginning to the current end. A record that
+    cannot be decoded is skipped (it was dead-lettered when first consumed); any other error is raised:
+    a restore that skipped records silently would rebuild the wrong state."""
     topics = config.topics()
     name = topics.name_of(spec)
     async for msg in read_raw(config, name, partitions=partitions):
         try:
             yield decode_message({name: spec}, msg)
-        except Exception:
+        except RecordError:
             continue
 
 

@@ -6,13 +6,17 @@ Each poll is processed as one Kafka transaction:
 2. Begin a transaction on the transactional producer.
 3. For each record, in offset order: decode it; an undecodable record becomes a DeadLetter inside the
    same transaction; a good one goes through ``transform.apply``, whose outputs are sent in the
-   transaction.
+   transaction. A record that makes ``apply`` raise is dead-lettered in the transaction too (reason
+   ``transform_error``, unless the error's row in ``errors.POLICY`` says retry or crash): one bad record
+   never stops the stage.
 4. Add the batch's next offsets to the transaction for the consumer group (``send_offsets_to_transaction``).
 5. Commit. Outputs and consumed offsets become visible together, or not at all.
 
 If any step fails the transaction is aborted, the consumer seeks back to the group's committed offsets,
 and ``transform.restore`` rebuilds the transform's state from the log, so the retry sees exactly what a
-fresh process would. The same rewind + restore runs in the loop before the first record of every new
+fresh process would. Kafka and network failures are retried with backoff (``max_consecutive_aborts``
+times in a row, then the process exits to be restarted); a failure the policy table says to crash on
+exits at once. The same rewind + restore runs in the loop before the first record of every new
 assignment is applied (not in the rebalance callback, which aiokafka may still be running when the
 first records of the new partitions are polled, and whose exceptions it swallows). A crash (even kill -9) at any point has the same effect on restart: the broker
 aborts the open transaction when the same ``transactional_id`` re-registers (fencing the old producer).
@@ -33,10 +37,19 @@ from aiokafka import ConsumerRebalanceListener, TopicPartition
 from anyio.abc import TaskStatus
 
 from cua_stream.bus.codec import Delivery, OutRecord, encode_record
-from cua_stream.bus.consumer import DeadLetterRouter, decode_message, make_kafka_consumer, start_consumer
+from cua_stream.bus.consumer import (
+    DeadLetterRouter,
+    backoff_s,
+    decode_message,
+    handler_action,
+    loop_action,
+    make_kafka_consumer,
+    start_consumer,
+    transform_failure,
+)
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
-from cua_stream.errors import RecordError
+from cua_stream.errors import Action, RecordError
 from cua_stream.events import Event
 from cua_stream.topics import DLQ, TopicSpec
 
@@ -139,9 +152,13 @@ class TransactionalProcessor:
                             continue  # what was polled is fetched again from the committed offsets
                     except Exception as e:
                         aborts_in_a_row += 1
-                        log.warning("state restore failed (%s); retrying", e)
-                        if aborts_in_a_row >= self.max_consecutive_aborts:
+                        if (
+                            loop_action(e) is not Action.RETRY
+                            or aborts_in_a_row >= self.max_consecutive_aborts
+                        ):
                             raise
+                        log.warning("state restore failed (%s); retrying", e)
+                        await anyio.sleep(backoff_s(aborts_in_a_row))
                         continue
                     if not started and self.assigned.is_set():
                         task_status.started()
@@ -154,10 +171,14 @@ class TransactionalProcessor:
                     except Exception as e:
                         aborts_in_a_row += 1
                         self.stats.aborts += 1
-                        log.warning("transaction aborted (%s); rewinding to committed offsets", e)
-                        if aborts_in_a_row >= self.max_consecutive_aborts:
+                        if (
+                            loop_action(e) is not Action.RETRY
+                            or aborts_in_a_row >= self.max_consecutive_aborts
+                        ):
                             raise
+                        log.warning("transaction aborted (%s); rewinding to committed offsets", e)
                         self._restored_for = None  # the next poll rewinds and restores first
+                        await anyio.sleep(backoff_s(aborts_in_a_row))
             finally:
                 with anyio.CancelScope(shield=True):
                     await self.consumer.stop()
@@ -168,16 +189,28 @@ class TransactionalProcessor:
         outputs: list[OutRecord] = []
         offsets: dict[TopicPartition, int] = {}
         dead = 0
+        dlq = self.topics.name_of(DLQ)
         for tp, msgs in polled.items():
             for msg in msgs:
                 try:
                     delivery = decode_message({self.source_name: self.source}, msg)
                 except RecordError as e:
-                    outputs.append(encode_record(self.topics.name_of(DLQ), DLQ, router.letter(e, msg)))
+                    outputs.append(encode_record(dlq, DLQ, router.letter(e, msg)))
                     dead += 1
                 else:
-                    for spec, event in self.transform.apply(delivery):
-                        outputs.append(encode_record(self.topics.name_of(spec), spec, event))
+                    try:
+                        produced = self.transform.apply(delivery)
+                    except Exception as e:
+                        if handler_action(e) is not Action.DEAD_LETTER:
+                            raise
+                        log.error(
+                            "dead-lettering %s[%d]@%d: apply raised %r", tp.topic, tp.partition, msg.offset, e
+                        )
+                        outputs.append(encode_record(dlq, DLQ, router.letter(transform_failure(e), msg)))
+                        dead += 1
+                    else:
+                        for spec, event in produced:
+                            outputs.append(encode_record(self.topics.name_of(spec), spec, event))
                 offsets[tp] = msg.offset + 1
         async with kafka.transaction():  # steps 2 and 5 (commit on exit, abort on exception)
             futures = [await self.producer.send_record(rec) for rec in outputs]  # step 3

@@ -22,7 +22,6 @@ from cua_stream.events import (
     encode,
     from_json,
     headers_for,
-    key_for,
     to_json,
 )
 from tests.unit.samples import SAMPLES
@@ -134,8 +133,30 @@ def test_headers_route_without_decoding() -> None:
     assert "episode_id" not in dict(headers_for(SAMPLES["train_step"]))
 
 
-def test_keys_co_partition_a_group() -> None:
-    for name in ("work_request", "turn", "summary", "outcome", "score"):
-        assert key_for(SAMPLES[name]) == b"grp-3"
-    assert key_for(SAMPLES["policy_version"]) == b"run-7"
-    assert key_for(SAMPLES["dead_letter"]) == b"grp-3"  # the original record's key
+def test_keys_come_from_the_topic_spec_and_co_partition_a_group() -> None:
+    from cua_stream.bus.codec import key_of
+    from cua_stream.topics import BY_NAME
+
+    expected = {
+        "work": b"grp-3",
+        "turns": b"grp-3",
+        "summaries": b"grp-3",
+        "outcomes": b"grp-3",
+        "scores": b"grp-3",
+        "policy": b"run-7",
+        "train_steps": b"run-7",
+        "dlq": b"grp-3",  # the original record's key
+    }
+    sample_of = {
+        "work": "work_request",
+        "turns": "turn",
+        "summaries": "summary",
+        "outcomes": "outcome",
+        "scores": "score",
+        "policy": "policy_version",
+        "train_steps": "train_step",
+        "dlq": "dead_letter",
+    }
+    assert set(expected) == set(BY_NAME)
+    for topic, key in expected.items():
+        assert key_of(BY_NAME[topic], SAMPLES[sample_of[topic]]) == key, topic

@@ -50,10 +50,9 @@ class CommittedScores:
         for _, ev in outputs:
             self.records.append(delivered(ev, partition, len(self.records)))
 
-    async def read(self, partitions: frozenset[int]) -> AsyncIterator[Delivery]:
+    async def read(self) -> AsyncIterator[Delivery]:
         for d in self.records:
-            if d.partition in partitions:
-                yield d
+            yield d
 
 
 def make(log: CommittedScores, **kw: object) -> ScoreTransform:
@@ -97,20 +96,22 @@ async def test_restore_rebuilds_dedup_from_the_committed_scores_only() -> None:
     staged = t.apply(delivered(outcome(2)))  # this batch is aborted: never reaches the log
     assert staged
     await t.restore(frozenset({0}))  # what the processor does after an abort
-    assert t.is_scored(0, "ep-1") and not t.is_scored(0, "ep-2")
+    assert t.is_scored("ep-1") and not t.is_scored("ep-2")
     assert t.apply(delivered(outcome(1))) == []
     assert len(t.apply(delivered(outcome(2)))) == 1  # re-scored on the retry
 
 
-async def test_restore_keeps_only_the_assigned_partitions() -> None:
+async def test_dedup_does_not_depend_on_where_the_outcome_was_partitioned() -> None:
     log = CommittedScores()
-    t = make(log)
+    t = make(log, partitions=4)
     await t.restore(frozenset({0, 1}))
-    log.commit(list(t.apply(delivered(outcome(1), 0))), 0)
-    log.commit(list(t.apply(delivered(outcome(2), 1))), 1)
-    await t.restore(frozenset({1}))
-    assert not t.is_scored(0, "ep-1") and t.is_scored(1, "ep-2")
-    assert t.metrics.known_episodes.value() == 1
+    log.commit(list(t.apply(delivered(outcome(1), 0))), 2)  # the score went to the group's partition
+    log.commit(list(t.apply(delivered(outcome(2), 1))), 3)
+    t.committed()
+    await t.restore(frozenset({1}))  # a new assignment: every score partition is read all the same
+    assert t.is_scored("ep-1") and t.is_scored("ep-2")
+    assert t.apply(delivered(outcome(1), 1)) == []  # the duplicate arrives on another partition
+    assert t.metrics.known_episodes.value() == 2
 
 
 async def test_metrics_count_only_committed_verdicts() -> None:

@@ -102,17 +102,41 @@ def test_secret_never_shows_its_value() -> None:
 
 
 def test_every_error_class_is_in_the_policy_table() -> None:
-    """Principle 7: walk the hierarchy; every class has a docstring and a row."""
+    """Principle 7: walk the hierarchy (with every module of the package imported, so classes defined
+    anywhere are found); every class lives in errors.py, has a docstring and a row."""
+    import importlib
+    import pkgutil
+
+    import consumers
+    import cua_stream
+    import producers
+
+    for package in (cua_stream, consumers, producers):
+        for info in pkgutil.walk_packages(package.__path__, f"{package.__name__}."):
+            if not info.name.endswith("__main__"):
+                importlib.import_module(info.name)
     seen: list[type] = []
     stack: list[type] = [CuaError]
     while stack:
         cls = stack.pop()
         seen.append(cls)
         stack.extend(cls.__subclasses__())
-    own = [c for c in seen if c.__module__ == errors.__name__]
-    for cls in own:
+    assert set(POLICY) == {c for c in seen if not c.__module__.startswith("tests.")}
+    for cls in seen:
+        if cls.__module__.startswith("tests."):
+            continue
+        assert cls.__module__ == errors.__name__, f"{cls} is defined outside the one hierarchy"
         assert cls in POLICY, cls
         assert cls.__doc__, cls
+    # the errors other modules raise are the hierarchy's own
+    from cua_stream.config import ConfigError
+    from cua_stream.engine.params import SamplingError
+    from cua_stream.gateway.engine_client import EngineUnavailable
+    from cua_stream.gateway.refusal import Refusal
+    from cua_stream.topics import UnknownTopicError
+
+    for cls in (ConfigError, SamplingError, EngineUnavailable, Refusal, UnknownTopicError):
+        assert issubclass(cls, CuaError) and cls in POLICY
     assert action_for(errors.UnknownSchema("x")) is Action.DEAD_LETTER
     assert action_for(errors.BusUnavailable("x")) is Action.RETRY
     assert action_for(KeyError("not ours")) is Action.CRASH

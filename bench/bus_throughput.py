@@ -70,7 +70,7 @@ async def consume_all(bus: BusConfig, topic: str, n: int, *, decode: bool) -> No
     consumer = AIOKafkaConsumer(bootstrap_servers=bus.bootstrap_servers, enable_auto_commit=False,
                                 isolation_level="read_committed", max_poll_records=1000,
                                 fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024)  # fmt: skip
-    await start_consumer(consumer)
+    await start_consumer(consumer, bus)
     try:
         tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
         consumer.assign(tps)

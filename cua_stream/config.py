@@ -7,6 +7,7 @@ command-line flags override both (the CLI passes them as ``overrides``).
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tomllib
@@ -24,6 +25,8 @@ from cua_stream.topics import Topics
 __all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "read_file"]
 
 ENV_PREFIX = "CUA_"
+SECTIONS = frozenset({"bus", "broker", "engine", "gateway", "scorer", "demo"})
+"""The sections a config file may have: ``bus`` plus one per daemon config."""
 
 
 class Secret(str):
@@ -51,12 +54,17 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     replication_factor: int = 1
     client_id: str = "cua-stream"
     request_timeout_ms: int = 30_000
+    connect_timeout_s: float = 30.0
+    """How long a client keeps retrying (with backoff) to reach the brokers at start before giving up
+    with a one-line error."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", self.bootstrap_servers):
             raise ConfigError(
                 f"bus.bootstrap_servers: expected host:port[,host:port...], got {self.bootstrap_servers!r}"
             )
+        if self.connect_timeout_s < 0:
+            raise ConfigError("bus.connect_timeout_s: must be >= 0")
         try:
             self.topics()
         except ValueError as e:
@@ -122,6 +130,15 @@ def read_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {e}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path}: expected a table at the top level")
+    for section, body in data.items():
+        if section not in SECTIONS:
+            near = difflib.get_close_matches(section, SECTIONS, n=1)
+            hint = f"did you mean [{near[0]}]? " if near else ""
+            raise ConfigError(
+                f"config file {path}: unknown section [{section}]; {hint}known: {', '.join(sorted(SECTIONS))}"
+            )
+        if not isinstance(body, dict):
+            raise ConfigError(f"config file {path}: [{section}] must be a table of settings")
     return data
 
 

@@ -9,6 +9,8 @@ from typing import Literal
 import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskStatus
 
+from cua_stream.errors import ConfigError
+
 LabelValues = tuple[str, ...]
 
 
@@ -112,7 +114,10 @@ async def serve_metrics(
                 )
                 await stream.send(head.encode() + body)
 
-    listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    try:
+        listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
+    except OSError as e:
+        raise ConfigError(f"metrics_port: cannot listen on {host}:{port} ({e.strerror or e})") from None
     async with listener:
         task_status.started(listener.extra(SocketAttribute.local_port))
         await listener.serve(answer)

@@ -10,13 +10,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import anyio
 import msgspec
 from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from cua_stream.bus.codec import header_text, json_line
-from cua_stream.bus.consumer import decode_message, make_kafka_consumer, partitions_of, start_consumer
+from cua_stream.bus.consumer import (
+    decode_message,
+    make_kafka_consumer,
+    partitions_of,
+    start_consumer,
+    stop_consumer,
+)
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
 from cua_stream.events import (
@@ -151,7 +156,7 @@ async def follow(
     topics = config.topics()
     by_name = {topics.name_of(s): s for s in specs}
     consumer = make_kafka_consumer(config, group_id=None, from_beginning=from_beginning)
-    await start_consumer(consumer)
+    await start_consumer(consumer, config)
     emitted = 0
     try:
         tps = [TopicPartition(name, p) for name in by_name for p in await partitions_of(consumer, name)]
@@ -180,8 +185,7 @@ async def follow(
                     if count is not None and emitted >= count:
                         return emitted
     finally:
-        with anyio.CancelScope(shield=True):
-            await consumer.stop()
+        await stop_consumer(consumer)
     return emitted
 
 

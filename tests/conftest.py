@@ -14,6 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import random
 import socket
 import uuid
 from collections.abc import Iterator
@@ -37,6 +38,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def broker_port() -> int:
+    """A free port P (with P + 1 free for the KRaft controller) below the ephemeral range: a client that
+    retries while a test broker is down picks its local port from that range, may pick the broker's
+    own port and connect to itself, and the broker's restart then finds its port taken."""
+    low = ephemeral_range()[0]
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, min(low, 32000) - 2, 2)
+        if all(_bindable(p) for p in (port, port + 1)):
+            return port
+    raise RuntimeError("no free broker port below the ephemeral range")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """host:port of a running Apache Kafka broker for this test session."""
@@ -46,9 +78,9 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     from cua_stream.broker import BrokerConfig, LocalBroker
 
-    port = free_port()
+    port = broker_port()
     home: Path = tmp_path_factory.mktemp("kafka")
-    broker = LocalBroker(BrokerConfig(home=str(home), port=port, controller_port=free_port()))
+    broker = LocalBroker(BrokerConfig(home=str(home), port=port, controller_port=port + 1))
     broker.start()
     try:
         yield broker.config.bootstrap_servers

@@ -100,6 +100,7 @@ class Scorer:
             transform=self.transform,
             max_batch=config.max_batch,
             consumer_options={"group_instance_id": config.instance},
+            outputs=(SCORES,),
         )
         self.metrics_port: int | None = None
         """The bound metrics port once ``run`` has started serving it."""

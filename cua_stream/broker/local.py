@@ -198,12 +198,12 @@ class LocalBroker:
         pid = self._pid()
         while time.monotonic() < deadline:
             if pid is None or not _alive(pid):
-                raise BrokerError(f"the broker exited during start; see {self.log}:\n{self._log_tail()}")
+                raise BrokerError(f"the broker exited during start: {self._failure(log_offset)}")
             if _port_open(self.config.host, self.config.port) and self._log_says_started(log_offset):
                 return
             time.sleep(0.25)
         raise BrokerError(
-            f"the broker did not start within {self.config.start_timeout_s:.0f}s:\n{self._log_tail()}"
+            f"the broker did not start within {self.config.start_timeout_s:.0f}s: {self._failure(log_offset)}"
         )
 
     def _log_says_started(self, log_offset: int) -> bool:
@@ -218,6 +218,24 @@ class LocalBroker:
                 return b"Kafka Server started" in f.read()
         except FileNotFoundError:
             return False
+
+    def _failure(self, log_offset: int) -> str:
+        """Why this start failed, from this run's part of the log: its ERROR/FATAL lines and their causes
+        (the shutdown that follows a failed start logs pages of noise after them), else the log's tail."""
+        try:
+            with self.log.open("rb") as f:
+                f.seek(log_offset if os.fstat(f.fileno()).st_size >= log_offset else 0)
+                lines = f.read().decode(errors="replace").splitlines()
+        except FileNotFoundError:
+            lines = []
+        causes = [
+            line.strip()
+            for line in lines
+            if any(mark in line for mark in (" ERROR ", " FATAL ", "Caused by:", "Exception:"))
+        ]
+        unique = list(dict.fromkeys(causes))[:6]
+        shown = "\n".join(unique) if unique else self._log_tail()
+        return f"{shown}\n(full log: {self.log})"
 
     def _log_tail(self, n: int = 30) -> str:
         for path in (self.log, self.home / "logs" / "stdout.log"):

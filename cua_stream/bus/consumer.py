@@ -7,6 +7,7 @@ flight during a revoke is re-delivered to the partition's next owner, never skip
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -19,13 +20,40 @@ from aiokafka.errors import KafkaError
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from cua_stream.bus.codec import Delivery, dead_letter, decode_record
+from cua_stream.bus.connect import backoff_s, start_client
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
-from cua_stream.errors import Action, CuaError, RecordError, TransformFailed, action_for
+from cua_stream.errors import Action, CuaError, RecordError, TopicMissing, TransformFailed, action_for
 from cua_stream.events import DeadLetter
-from cua_stream.topics import DLQ, TopicSpec
+from cua_stream.topics import DLQ, Topics, TopicSpec
 
 log = logging.getLogger(__name__)
+
+SHUTDOWN_S = 10.0
+"""How long a consumer's shielded stop may take (leaving its group) before shutdown goes on without it."""
+
+
+async def stop_consumer(consumer: AIOKafkaConsumer) -> None:
+    """Stop ``consumer`` even while we are being cancelled, within ``SHUTDOWN_S``. While the brokers are
+    unreachable aiokafka's stop raises from its own fetch tasks (a CancelledError of a task it cancels
+    itself, inside our shield, so not ours); shutdown goes on with a warning instead of a traceback."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_S):
+        try:
+            await consumer.stop()
+        except (KafkaError, OSError, asyncio.CancelledError) as e:
+            log.warning("the Kafka consumer stopped uncleanly (%s); shutdown goes on", type(e).__name__)
+
+
+async def require_topics(consumer: AIOKafkaConsumer, topics: Topics, specs: Sequence[TopicSpec]) -> None:
+    """TopicMissing naming the first of ``specs`` that does not exist under this prefix (a daemon at a
+    wrong prefix would otherwise wait for records forever without a word)."""
+    for spec in specs:
+        name = topics.name_of(spec)
+        if not await partitions_of(consumer, name):
+            raise TopicMissing(
+                f"topic {name!r} does not exist: create the topics with "
+                f"`cua-stream topics create --prefix {topics.prefix}` (or check --prefix / bus.topic_prefix)"
+            )
 
 
 def handler_action(error: Exception) -> Action:
@@ -42,11 +70,6 @@ def loop_action(error: BaseException) -> Action:
     if isinstance(error, (KafkaError, OSError)):
         return Action.RETRY
     return action_for(error)
-
-
-def backoff_s(attempt: int) -> float:
-    """Seconds to wait before retry ``attempt`` (1, 2, ...): 0.5 s doubling to at most 10 s."""
-    return min(10.0, 0.5 * 2 ** (attempt - 1))
 
 
 def transform_failure(error: Exception) -> RecordError:
@@ -76,8 +99,8 @@ def make_kafka_consumer(
     )
 
 
-async def start_consumer(consumer: AIOKafkaConsumer) -> None:
-    await consumer.start()
+async def start_consumer(consumer: AIOKafkaConsumer, config: BusConfig) -> None:
+    await start_client(consumer.start, config, consumer.stop)
     # aiokafka 0.14 cancels a coordinator task in stop(); if that task never ran, stop() raises
     # CancelledError (and masks whatever error made us stop). One scheduler tick lets it start.
     await anyio.lowlevel.checkpoint()
@@ -185,16 +208,19 @@ class EventConsumer:
         return self._router.count
 
     async def __aenter__(self) -> EventConsumer:
-        await start_consumer(self._kafka)
+        await start_consumer(self._kafka, self.config)
+        await require_topics(self._kafka, self.topics, [*self._by_name.values(), DLQ])
         self._kafka.subscribe(list(self._by_name), listener=_CommitOnRevoke(self))
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-            try:
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(SHUTDOWN_S):
                 await self._commit(None)
-            finally:
-                await self._kafka.stop()
+        except KafkaError as e:  # uncommitted records are delivered again: at-least-once
+            log.warning("final commit failed (%s); the last records will be delivered again", e)
+        finally:
+            await stop_consumer(self._kafka)
 
     async def batches(self, timeout_ms: int = 500) -> AsyncIterator[list[Delivery]]:
         """Decoded records, a poll at a time. Bad records are dead-lettered here and marked processed."""

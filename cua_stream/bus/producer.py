@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
 from cua_stream.bus.codec import OutRecord, encode_record
+from cua_stream.bus.connect import start_client
 from cua_stream.config import BusConfig
 from cua_stream.events import Event
 from cua_stream.topics import Topics, TopicSpec, partition_of
@@ -61,7 +62,7 @@ class EventProducer:
         return self._kafka
 
     async def __aenter__(self) -> EventProducer:
-        await self._kafka.start()
+        await start_client(self._kafka.start, self.config, self._kafka.stop)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -17,7 +17,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from cua_stream.bus.codec import Delivery
-from cua_stream.bus.consumer import decode_message, make_kafka_consumer, partitions_of, start_consumer
+from cua_stream.bus.consumer import (
+    decode_message,
+    make_kafka_consumer,
+    partitions_of,
+    start_consumer,
+    stop_consumer,
+)
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
 from cua_stream.topics import TopicSpec
@@ -80,7 +86,7 @@ async def read_raw(
 ) -> AsyncIterator[ConsumerRecord]:
     """Raw records of ``topic`` in ``[start, end)`` per partition, partition by partition order of arrival."""
     consumer = make_kafka_consumer(config, group_id=None, read_committed=read_committed)
-    await start_consumer(consumer)
+    await start_consumer(consumer, config)
     try:
         parts = sorted(partitions) if partitions is not None else await partitions_of(consumer, topic)
         if not parts:
@@ -103,8 +109,7 @@ async def read_raw(
                 if await consumer.position(tp) >= stop[tp]:
                     pending.discard(tp)
     finally:
-        with anyio.CancelScope(shield=True):
-            await consumer.stop()
+        await stop_consumer(consumer)
 
 
 async def scan(

@@ -33,18 +33,20 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import anyio
-from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from anyio.abc import TaskStatus
 
 from cua_stream.bus.codec import Delivery, OutRecord, encode_record
+from cua_stream.bus.connect import backoff_s
 from cua_stream.bus.consumer import (
     DeadLetterRouter,
-    backoff_s,
     decode_message,
     handler_action,
     loop_action,
     make_kafka_consumer,
+    require_topics,
     start_consumer,
+    stop_consumer,
     transform_failure,
 )
 from cua_stream.bus.producer import EventProducer
@@ -112,18 +114,23 @@ class TransactionalProcessor:
         max_batch: int = 200,
         max_consecutive_aborts: int = 5,
         consumer_options: Mapping[str, Any] | None = None,
+        outputs: Sequence[TopicSpec] = (),
     ) -> None:
         self.config = config
         self.topics = config.topics()
         self.source_name = self.topics.name_of(source)
         self.source = source
+        self.outputs = (*outputs, DLQ)
+        """Topics ``transform`` writes to (checked to exist at start; the DLQ always)."""
         self.group_id = group_id
         self.transform = transform
         self.max_consecutive_aborts = max_consecutive_aborts
-        self.consumer = make_kafka_consumer(
-            config, group_id=group_id, max_poll_records=max_batch, **(consumer_options or {})
-        )
-        self.producer = EventProducer(config, transactional_id=transactional_id, linger_ms=0)
+        # The Kafka clients are made in ``run`` (inside the event loop that runs them, and never left
+        # unclosed by a process that fails before it gets there).
+        self._consumer_options = {"max_poll_records": max_batch, **(consumer_options or {})}
+        self.transactional_id = transactional_id
+        self.consumer: AIOKafkaConsumer
+        self.producer: EventProducer
         self.stats = TransactionStats()
         self.assigned = anyio.Event()
         self._restored_for: frozenset[TopicPartition] | None = None
@@ -137,9 +144,12 @@ class TransactionalProcessor:
     ) -> None:
         """Process until cancelled, until ``stop`` is set (the batch in hand is committed first: the
         graceful way out), or until ``stop_after`` records were consumed; ready once assigned."""
+        self.producer = EventProducer(self.config, transactional_id=self.transactional_id, linger_ms=0)
         async with self.producer:
-            await start_consumer(self.consumer)
+            self.consumer = make_kafka_consumer(self.config, group_id=self.group_id, **self._consumer_options)
+            await start_consumer(self.consumer, self.config)
             try:
+                await require_topics(self.consumer, self.topics, (self.source, *self.outputs))
                 self.consumer.subscribe([self.source_name], listener=_Listener(self))
                 started = False
                 aborts_in_a_row = 0
@@ -180,8 +190,7 @@ class TransactionalProcessor:
                         self._restored_for = None  # the next poll rewinds and restores first
                         await anyio.sleep(backoff_s(aborts_in_a_row))
             finally:
-                with anyio.CancelScope(shield=True):
-                    await self.consumer.stop()
+                await stop_consumer(self.consumer)
 
     async def _transact(self, polled: dict[TopicPartition, list]) -> None:
         kafka = self.producer.kafka

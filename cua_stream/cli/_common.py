@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from aiokafka.errors import KafkaError
 from rich.console import Console
+from rich.markup import escape
 
 from cua_stream.config import BusConfig, ConfigError, bus_config, read_file
 from cua_stream.errors import CuaError
@@ -32,15 +35,39 @@ def make_bus(bootstrap: str | None, prefix: str | None, config_file: Path | None
     return bus_config({"bootstrap_servers": bootstrap, "topic_prefix": prefix}, load_file(config_file))
 
 
+def set_log_level(level: str) -> None:
+    """Set the root logger's level (``main`` has configured logging already, so ``basicConfig`` would
+    be a no-op); a bad name is a ConfigError naming it."""
+    value = logging.getLevelName(level.upper())
+    if not isinstance(value, int):
+        raise ConfigError(f"--log-level: unknown level {level!r} (debug, info, warning, error)")
+    logging.getLogger().setLevel(value)
+
+
 def friendly_errors[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
-    """Config and operational errors end the command with a one-line message and exit code 2."""
+    """Config and operational errors end the command with a one-line message and exit code 2 (the
+    message is printed as text: square brackets in it are not markup)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, CuaError, LookupError, ValueError) as e:
-            err.print(f"[red]error:[/red] {e}", highlight=False)
+        except (*_EXPECTED, BaseExceptionGroup) as e:
+            cause = _only_cause(e)
+            if not isinstance(cause, _EXPECTED):
+                raise
+            err.print(f"[red]error:[/red] {escape(str(cause) or type(cause).__name__)}", highlight=False)
             raise typer.Exit(2) from None
 
     return wrapper
+
+
+_EXPECTED = (ConfigError, CuaError, LookupError, ValueError, KafkaError)
+"""Errors a user can act on from a one-line message; anything else is a bug and keeps its traceback."""
+
+
+def _only_cause(error: BaseException) -> BaseException:
+    """The single error inside (nested) task-group exception groups, or the group itself."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return error

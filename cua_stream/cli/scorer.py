@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import logging
 import sys
 from typing import Annotated
 
 import typer
 
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
 
 
 @friendly_errors
@@ -36,7 +35,7 @@ def scorer(
 
     from consumers.scorer.daemon import scorer_config, serve
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    set_log_level(log_level)
     cfg = scorer_config(
         load_file(config),
         overrides={

@@ -9,15 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import broker_port, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow]
 
 
 def test_demo_runs_groups_through_every_daemon(tmp_path: Path) -> None:
-    port = free_port()
-    while free_port() == port + 1:
-        port = free_port()
+    port = broker_port()
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_BROKER_PORT": str(port)}
     cmd = [sys.executable, "-m", "cua_stream", "demo", "--groups", "1", "--group-size", "3", "--turns", "2"]
     cmd += ["--engine-port", str(free_port()), "--gateway-port", str(free_port()), "--no-keep-broker"]

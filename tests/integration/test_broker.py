@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from cua_stream.config import cache_dir
-from tests.conftest import free_port
+from tests.conftest import broker_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -21,9 +24,7 @@ def broker(*args: str, home: Path, port: int) -> subprocess.CompletedProcess[str
 
 
 def test_start_status_stop_and_cache_reuse(tmp_path: Path) -> None:
-    home, port = tmp_path / "b", free_port()
-    while free_port() == port + 1:  # the controller listens on port + 1
-        port = free_port()
+    home, port = tmp_path / "b", broker_port()
     res = broker("start", home=home, port=port)
     assert res.returncode == 0, res.stderr
     assert "running" in res.stdout and f"127.0.0.1:{port}" in res.stdout
@@ -53,3 +54,50 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path, kafka_bootstrap: str) -> N
     res = broker("start", home=tmp_path / "b", port=busy)
     assert res.returncode == 2
     assert "already in use" in res.stderr
+
+
+def test_a_failed_start_shows_its_cause_not_the_shutdown_noise(tmp_path: Path) -> None:
+    port = broker_port()
+    with socket.socket() as taken:  # the KRaft controller's port (port + 1) is taken
+        taken.bind(("127.0.0.1", port + 1))
+        taken.listen()
+        res = broker("start", home=tmp_path / "b", port=port)
+    assert res.returncode == 2
+    err = " ".join(res.stderr.split())
+    assert "the broker exited during start" in err and "Address already in use" in err
+    assert f"{port + 1}" in err and "full log:" in err
+
+
+def test_sigterm_while_the_broker_is_down_exits_cleanly(tmp_path: Path) -> None:
+    home, port = tmp_path / "b", broker_port()
+    assert broker("start", home=home, port=port).returncode == 0
+    bootstrap = ["--bootstrap", f"127.0.0.1:{port}", "--prefix", "sig"]
+    cli = [sys.executable, "-m", "cua_stream"]
+    try:
+        done = subprocess.run([*cli, "topics", "create", *bootstrap], capture_output=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        with subprocess.Popen([*cli, "scorer", *bootstrap], stderr=subprocess.PIPE, text=True) as scorer:
+            assert scorer.stderr is not None
+            for line in scorer.stderr:  # wait until it is consuming
+                if "scorer ready" in line:
+                    break
+            assert broker("stop", home=home, port=port).returncode == 0
+            time.sleep(2)
+            scorer.send_signal(signal.SIGTERM)
+            rest = scorer.stderr.read()
+            assert scorer.wait(timeout=90) == 0, rest[-3000:]
+        assert "Traceback" not in rest
+    finally:
+        broker("stop", home=home, port=port)
+
+
+def test_a_daemon_at_a_prefix_without_topics_says_so(kafka_bootstrap: str) -> None:
+    res = subprocess.run(
+        [sys.executable, "-m", "cua_stream", "scorer", "--bootstrap", kafka_bootstrap, "--prefix", "no-such"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 2
+    err = " ".join(res.stderr.split())
+    assert "topic 'no-such.outcomes' does not exist" in err and "topics create --prefix no-such" in err

@@ -1,0 +1,100 @@
+"""Operating the daemons: one-line errors for what an operator can fix (misspelled config sections,
+unreachable brokers, busy ports, bad log levels), and test brokers kept out of the ephemeral port range."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import anyio
+import pytest
+import typer
+
+from cua_stream.bus.connect import start_client
+from cua_stream.cli._common import friendly_errors, set_log_level
+from cua_stream.config import BusConfig, ConfigError, read_file
+from cua_stream.errors import BusUnavailable
+from cua_stream.metrics import serve_metrics
+from tests.conftest import broker_port, ephemeral_range
+
+
+def test_a_misspelled_config_section_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[scorrer]\nreward_key = "x"\n')
+    with pytest.raises(ConfigError, match=r"unknown section \[scorrer\]; did you mean \[scorer\]"):
+        read_file(path)
+    path.write_text("scorer = 3\n")
+    with pytest.raises(ConfigError, match=r"\[scorer\] must be a table"):
+        read_file(path)
+
+
+def test_log_level_is_applied_and_a_bad_one_is_named() -> None:
+    root = logging.getLogger()
+    before = root.level
+    try:
+        set_log_level("debug")
+        assert root.level == logging.DEBUG
+        with pytest.raises(ConfigError, match="'loud'"):
+            set_log_level("loud")
+    finally:
+        root.setLevel(before)
+
+
+def test_cli_errors_are_one_line_even_inside_task_groups_and_keep_their_brackets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    @friendly_errors
+    def command() -> None:
+        raise ExceptionGroup("tg", [ExceptionGroup("inner", [ConfigError("scorer.x: [a, b] expected")])])
+
+    with pytest.raises(typer.Exit) as exit_info:
+        command()
+    assert exit_info.value.exit_code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "error: scorer.x: [a, b] expected" in err and "Traceback" not in err
+
+    @friendly_errors
+    def bug() -> None:
+        raise ExceptionGroup("tg", [ZeroDivisionError("a bug keeps its traceback")])
+
+    with pytest.raises(ExceptionGroup):
+        bug()
+
+
+@pytest.mark.anyio
+async def test_an_unreachable_broker_is_retried_then_one_clear_error() -> None:
+    from aiokafka import AIOKafkaProducer
+
+    config = BusConfig(bootstrap_servers="127.0.0.1:1", connect_timeout_s=1.5)
+    producer = AIOKafkaProducer(bootstrap_servers=config.bootstrap_servers)
+    calls = 0
+
+    async def start() -> None:
+        nonlocal calls
+        calls += 1
+        await producer.start()
+
+    with pytest.raises(BusUnavailable, match=r"cannot reach Kafka at 127\.0\.0\.1:1 \(tried for 1\.5 s"):
+        await start_client(start, config, producer.stop)
+    assert calls >= 2  # retried with backoff before giving up
+
+
+@pytest.mark.anyio
+async def test_a_busy_metrics_port_is_a_config_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.RaisesGroup(
+            pytest.RaisesExc(ConfigError, match=f"metrics_port: cannot listen on 127.0.0.1:{port}")
+        ):
+            async with anyio.create_task_group() as tg:
+                await tg.start(serve_metrics, lambda: "", "127.0.0.1", port)
+
+
+def test_test_brokers_listen_below_the_ephemeral_range() -> None:
+    low, _ = ephemeral_range()
+    for _ in range(20):
+        port = broker_port()
+        assert port + 1 < low

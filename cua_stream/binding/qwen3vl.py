@@ -29,7 +29,7 @@ from harbor.agents.computer_1.runtime import CoordinateSpace
 from harbor.llms.base import LLMResponse
 from pydantic import Field
 
-from cua_stream.binding.coordinates import normalized_prompt
+from cua_stream.binding.coordinates import coordinate_problem, normalized_prompt
 from cua_stream.binding.markers import MarkingCompactor, marking
 from cua_stream.binding.screenshots import DEFAULT_MAX_PIXELS, MIN_PIXELS, fit_data_url
 from cua_stream.binding.session_llm import SessionLLM
@@ -59,6 +59,10 @@ class Qwen3VLJsonProvider(GenericJsonProvider):
     def parse(self, llm_response: LLMResponse) -> ModelStep:
         step = super().parse(llm_response)
         if step.action is not None:
+            problem = coordinate_problem(step.action)
+            if problem is not None:  # Harbor's own parse-error path: an observation, no action run
+                feedback = f"ERROR: {problem}"
+                return ModelStep(action=None, needs_retry=True, feedback=feedback, llm_response=llm_response)
             # The runtime maps x/y, end_x/end_y and zoom_region of such actions to desktop pixels.
             step.action.source = CoordinateSpace.NORMALIZED_0_999.value
         return step

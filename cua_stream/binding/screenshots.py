@@ -30,6 +30,10 @@ DEFAULT_MAX_PIXELS = 1024 * FACTOR * FACTOR
 """1,048,576 pixels = at most 1,024 visual tokens; Harbor's 1024x900 desktop becomes 1024x896."""
 MIN_PIXELS = 64 * FACTOR * FACTOR
 """65,536 pixels, the Qwen3-VL processor's own lower bound; smaller images (zoom crops) are scaled up."""
+MAX_ASPECT = 50
+"""Longest side over shortest at most: the Qwen processor refuses images past 200:1, and a zoom crop 1-2
+pixels high would otherwise be scaled to a strip far beyond that. Past this, the short side is
+stretched (a sliver that thin holds nothing to read at its own proportions)."""
 WEBP_QUALITY = 80
 """The quality Harbor's runtime asks ``cwebp`` for."""
 
@@ -39,8 +43,9 @@ _MIME = {"PNG": "image/png", "WEBP": "image/webp", "JPEG": "image/jpeg"}
 def fit_to_grid(
     width: int, height: int, *, max_pixels: int = DEFAULT_MAX_PIXELS, min_pixels: int = MIN_PIXELS
 ) -> tuple[int, int]:
-    """The size closest to ``width`` x ``height`` with both sides multiples of ``FACTOR`` and an area
-    within [``min_pixels``, ``max_pixels``], keeping the aspect ratio as far as the grid allows.
+    """The size closest to ``width`` x ``height`` with both sides multiples of ``FACTOR``, an area
+    within [``min_pixels``, ``max_pixels``] and an aspect ratio of at most ``MAX_ASPECT``, keeping the
+    aspect ratio as far as the grid allows (the Qwen processor's own resize, for ordinary sizes).
 
     Sizes that already conform come back unchanged, so applying this twice changes nothing.
     """
@@ -61,7 +66,31 @@ def fit_to_grid(
         scale = math.sqrt(min_pixels / (width * height))
         w = math.ceil(width * scale / FACTOR) * FACTOR
         h = math.ceil(height * scale / FACTOR) * FACTOR
-    return w, h
+    if min_pixels <= w * h <= max_pixels and max(w, h) <= MAX_ASPECT * min(w, h):
+        return w, h
+    # Rounding fell outside the bounds (a cap just above the minimum, an extreme aspect ratio):
+    # search the grid sizes that fit for the closest aspect ratio, then the area closest to the image's.
+    area = min(max(width * height, min_pixels), max_pixels)
+    return _closest_fitting(width / height, area, min_pixels, max_pixels)
+
+
+def _closest_fitting(ratio: float, area: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    ratio = min(max(ratio, 1 / MAX_ASPECT), MAX_ASPECT)
+    best: tuple[float, float, tuple[int, int]] | None = None
+    for h in range(FACTOR, max_pixels // FACTOR + 1, FACTOR):
+        # the widths that keep the area in bounds, and of those the two nearest the ratio
+        low = max(FACTOR, math.ceil(min_pixels / h / FACTOR) * FACTOR)
+        high = max_pixels // h // FACTOR * FACTOR
+        if low > high:
+            continue
+        near = math.floor(h * ratio / FACTOR) * FACTOR
+        for w in {min(max(near, low), high), min(max(near + FACTOR, low), high)}:
+            if max(w, h) <= MAX_ASPECT * min(w, h):
+                key = (abs(math.log(w / h / ratio)), abs(math.log(w * h / area)), (w, h))
+                best = key if best is None or key < best else best
+    if best is None:
+        raise ValueError(f"no {FACTOR}-pixel grid size within [{min_pixels}, {max_pixels}] pixels")
+    return best[2]
 
 
 def fit_data_url(data_url: str, *, max_pixels: int = DEFAULT_MAX_PIXELS, min_pixels: int = MIN_PIXELS) -> str:

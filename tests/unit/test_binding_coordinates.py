@@ -82,3 +82,41 @@ def test_template_drift_is_refused() -> None:
         normalized_prompt(stock.replace("raw desktop pixels (no normalization)", "pixels"))
     with pytest.raises(PromptTemplateChanged):
         normalized_prompt(stock + "\nClick in desktop pixels.\n")
+
+
+def parsed(action: dict) -> object:
+    reply = json.dumps({"analysis": "", "plan": "", "action": action})
+    return provider().parse(LLMResponse(content=reply))
+
+
+@pytest.mark.parametrize(
+    ("action", "named"),
+    [
+        ({"type": "click", "x": 500}, "'x' was given without 'y'"),
+        ({"type": "click", "y": 500}, "'y' was given without 'x'"),
+        ({"type": "drag", "x": 1, "y": 2, "end_x": 900}, "'end_x' was given without 'end_y'"),
+        ({"type": "drag", "x": 1, "y": 2, "end_y": 900}, "'end_y' was given without 'end_x'"),
+        ({"type": "zoom", "zoom_region": [500, 0, 400, 100]}, "enclose an area"),
+    ],
+)
+def test_a_half_given_coordinate_is_a_parse_error_the_model_sees(action: dict, named: str) -> None:
+    step = parsed(action)
+    assert step.action is None and step.needs_retry  # type: ignore[attr-defined]
+    assert step.feedback.startswith("ERROR: ") and named in step.feedback  # type: ignore[attr-defined]
+
+
+def test_whole_pairs_and_actions_without_coordinates_still_parse() -> None:
+    for action in ({"type": "click", "x": 1, "y": 2}, {"type": "type", "text": "hi"}, {"type": "wait"}):
+        assert parsed(action).action is not None  # type: ignore[attr-defined]
+
+
+def test_the_prompt_says_what_the_code_does_about_drags_and_zooms() -> None:
+    from harbor.agents.computer_1.providers.generic import GenericJsonProvider
+
+    text = provider()._prompt_template  # type: ignore[attr-defined]
+    assert '"end_x": <int 0-999' in text and '"end_y": <int 0-999' in text
+    assert "no resize" not in text and "native pixel density" not in text
+    assert "enlarged" in text and "whole screen's 0-999 grid" in text
+    assert (
+        "no resize" in GenericJsonProvider(model_name="m", desktop_width=1, desktop_height=1)._prompt_template
+    )

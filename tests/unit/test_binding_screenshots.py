@@ -116,3 +116,24 @@ def test_other_formats_become_png() -> None:
 def test_bad_data_url(bad: str) -> None:
     with pytest.raises(ValueError):
         fit_data_url(bad)
+
+
+@pytest.mark.parametrize("size", [(1000, 1), (1, 1000), (1366, 2), (3, 700), (1, 1), (5000, 20)])
+def test_thin_zoom_crops_stay_within_the_processors_limits(size: tuple[int, int]) -> None:
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    from cua_stream.binding.screenshots import MAX_ASPECT
+
+    w, h = fit_to_grid(*size)
+    assert w % FACTOR == 0 and h % FACTOR == 0 and MIN_PIXELS <= w * h <= DEFAULT_MAX_PIXELS
+    assert max(w, h) <= MAX_ASPECT * min(w, h) < 200 * min(w, h)
+    # the processor keeps it as is (it raises past 200:1)
+    assert smart_resize(h, w, factor=FACTOR, min_pixels=MIN_PIXELS, max_pixels=DEFAULT_MAX_PIXELS) == (h, w)
+    assert fit_to_grid(w, h) == (w, h)
+
+
+@pytest.mark.parametrize("cap", [MIN_PIXELS, MIN_PIXELS + 1, MIN_PIXELS + 1024, MIN_PIXELS + 5000, 66_000])
+@pytest.mark.parametrize("size", [(1280, 720), (1366, 768), (333, 77), (1024, 900)])
+def test_caps_just_above_the_minimum_never_go_under_it(cap: int, size: tuple[int, int]) -> None:
+    w, h = fit_to_grid(*size, max_pixels=cap)
+    assert MIN_PIXELS <= w * h <= cap and w % FACTOR == 0 and h % FACTOR == 0

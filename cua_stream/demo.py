@@ -7,8 +7,10 @@ chat completions to the session URL, with a fresh screenshot after every action 
 or Harbor trial yet (the rollout producer replaces this driver). One episode per run loses its
 "sandbox" before its last turn, so the scorer's reason-coded discard shows up next to the rewards.
 
-The toy verifier rewards an episode by the share of its replies that ended with ``stop`` rather than
-being cut at the token cap; random weights make that a coin flip, which is all a demo needs.
+The toy verifier rewards an episode by the share of its replies that ended with ``stop``; random weights
+make that a coin flip, which is all a demo needs. A reply cut at the token cap ends its episode the way
+computer-1 ends one (``OutputLengthExceededError``, which the scorer scores 0): a truncated reply is
+never continued. Outcome exceptions are recorded by ``producers.outcome``, as for a Harbor trial.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import anyio
 import httpx
 
 from cua_stream.config import BusConfig, cache_dir
-from cua_stream.events import CALL_KIND_FIELD, CallKind, ExceptionRecord, OutcomeEvent, Phase
+from cua_stream.events import CALL_KIND_FIELD, CallKind, OutcomeEvent, Phase
 
 MODEL_DIR_NAME = "tiny-qwen3-vl-v1"
 SERVED_NAME = "tiny-qwen3-vl"
@@ -36,7 +38,9 @@ class DemoPlan:
     groups: int = 2
     group_size: int = 3
     turns: int = 3
-    max_new_tokens: int = 2
+    max_new_tokens: int = 3
+    """Most of the tiny model's replies to a screenshot end with ``stop`` within 3 tokens; the odd one
+    hits the cap, which ends its episode with reward 0 (``token_cap``), so a group's rewards differ."""
 
 
 def tiny_model_dir() -> Path:
@@ -81,13 +85,20 @@ class Episode:
     episode_id: str
     task: str
     lose_sandbox_after: int | None = None
+    seed: int = 0
+    """Seeds the episode's screenshots and each reply's sampling: a demo run replays exactly (the
+    episode that loses its sandbox always gets that far)."""
 
 
 async def run_episode(gateway_url: str, ep: Episode, plan: DemoPlan) -> OutcomeEvent:
     """Drive one episode through the gateway the way computer-1 does, then build its outcome."""
     import litellm
+    from harbor.agents.computer_1.runtime import RuntimeRequestError
+    from harbor.llms.base import OutputLengthExceededError
 
-    rng = random.Random(ep.episode_id)
+    from producers.outcome import exception_from
+
+    rng = random.Random(ep.seed)
     started = time.time()
     async with httpx.AsyncClient(timeout=120) as http:
         created = await http.post(
@@ -112,12 +123,8 @@ async def run_episode(gateway_url: str, ep: Episode, plan: DemoPlan) -> OutcomeE
         exception = None
         for step in range(1, plan.turns + 1):
             if ep.lose_sandbox_after is not None and step > ep.lose_sandbox_after:
-                exception = ExceptionRecord(
-                    type="RuntimeRequestError",
-                    module="harbor.agents.computer_1.runtime",
-                    message="screenshot failed: the sandbox is gone (demo: simulated)",
-                    phase=Phase.AGENT,
-                )
+                lost = RuntimeRequestError("screenshot", 500, "the sandbox is gone (demo: simulated)")
+                exception = exception_from(lost, Phase.AGENT)
                 break
             reply = await litellm.acompletion(
                 model=f"openai/{SERVED_NAME}",
@@ -125,10 +132,17 @@ async def run_episode(gateway_url: str, ep: Episode, plan: DemoPlan) -> OutcomeE
                 api_key="demo",
                 messages=messages,
                 temperature=TEMPERATURE,
+                seed=ep.seed * 100 + step,
                 **{CALL_KIND_FIELD: CallKind.AGENT_TURN.value},
             )
             choice = reply.choices[0]
             turns += 1
+            if choice.finish_reason == "length":  # computer-1 ends the episode here
+                cut = OutputLengthExceededError(
+                    f"the reply hit max_new_tokens={plan.max_new_tokens}", choice.message.content
+                )
+                exception = exception_from(cut, Phase.AGENT)
+                break
             stops += choice.finish_reason == "stop"
             messages.append({"role": "assistant", "content": choice.message.content or ""})
             messages.append({"role": "user", "content": [_image_part(screenshot(step, rng))]})
@@ -159,7 +173,16 @@ def episodes(run_id: str, plan: DemoPlan) -> list[Episode]:
         for i in range(plan.group_size):
             # the first group's last episode loses its sandbox before its final turn
             lose = max(1, plan.turns - 1) if (g, i) == (0, plan.group_size - 1) else None
-            out.append(Episode(run_id, f"{run_id}-g{g}", f"{run_id}-g{g}-e{i}", tasks[g % len(tasks)], lose))
+            out.append(
+                Episode(
+                    run_id,
+                    f"{run_id}-g{g}",
+                    f"{run_id}-g{g}-e{i}",
+                    tasks[g % len(tasks)],
+                    lose,
+                    seed=g * 1000 + i,
+                )
+            )
     return out
 
 

@@ -11,6 +11,9 @@ The scorer decides (consumers/scorer/table.py); this module only records what ha
 - ``agent_started``: ``agent_execution.started_at`` is set.
 - ``rewards``: ``verifier_result.rewards``; ``early_termination_reason``: computer-1's metadata.
 - ``n_calls`` and ``gateway_statuses`` come from the session gateway, which saw every LLM call.
+
+``exception_from`` records an exception object the same way, for an episode driven without a Harbor
+trial (the embedded demo's driver): one way to make an outcome's exception, whoever ran the episode.
 """
 
 from __future__ import annotations
@@ -63,6 +66,20 @@ def outcome_from_trial(
     )
 
 
+def exception_from(error: BaseException, phase: Phase) -> ExceptionRecord:
+    """The ExceptionRecord of an exception object, as ``exception_record`` reads it off a TrialResult
+    (type name, message, defining module, a RuntimeRequestError's status)."""
+    module = type(error).__module__
+    message = str(error)
+    return ExceptionRecord(
+        type=type(error).__name__,
+        message=message,
+        phase=phase,
+        module="builtins" if module == "builtins" else module,
+        status_code=_status_in(type(error).__name__, message),
+    )
+
+
 def exception_record(result: TrialResult) -> ExceptionRecord | None:
     """The trial's exception as the scorer needs it, or None for a clean trial."""
     info = result.exception_info
@@ -73,7 +90,7 @@ def exception_record(result: TrialResult) -> ExceptionRecord | None:
         message=info.exception_message,
         phase=phase_of(result, info.occurred_at),
         module=module_of(info),
-        status_code=_status_code(info),
+        status_code=_status_in(info.exception_type, info.exception_message),
     )
 
 
@@ -114,9 +131,9 @@ def module_of(info: ExceptionInfo) -> str:
     return ""
 
 
-def _status_code(info: ExceptionInfo) -> int | None:
-    if info.exception_type == "RuntimeRequestError":
-        m = _RUNTIME_STATUS.search(info.exception_message)
+def _status_in(exception_type: str, message: str) -> int | None:
+    if exception_type == "RuntimeRequestError":
+        m = _RUNTIME_STATUS.search(message)
         return int(m.group(1)) if m else None
     return None
 

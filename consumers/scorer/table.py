@@ -1,7 +1,7 @@
 """The scoring table: how one episode's outcome becomes a reward or a reason-coded discard.
 
 One pure function (``score``) over one ordered table (``ROWS``); the first row whose condition holds
-decides. The rule set follows the seed's "Failure scoring" (DESIGN.md §4):
+decides. The rule set is the failure-scoring contract (docs/contracts.md):
 
 - failures that are not the policy's doing are **discarded** with a reason, so they never train it:
   the sandbox lost mid-episode, the session server draining (503), the sandbox never coming up;
@@ -9,7 +9,8 @@ decides. The rule set follows the seed's "Failure scoring" (DESIGN.md §4):
   session-server statuses, verifier failures, raw SDK/transport errors);
 - a clean finish gets the **verifier's reward**;
 - an exception type this table does not know scores 0 as ``unclassified:<type>``: never silently a valid
-  reward (Harbor's own table treats unknown types as graded with a valid reward, §10.4 of the reference).
+  reward (Harbor's own error-policy table, ``harbor/models/trial/error_policy.py``, grades an unlisted
+  type and calls its reward valid).
 
 Exception types are matched by class name, as Harbor records them (``ExceptionInfo.exception_type``),
 plus the defining module where a bare name is ambiguous (``APIError``, ``Timeout``). Tests check every

@@ -141,8 +141,9 @@ def build_processor(
 
 
 def tiny_config() -> Qwen3VLConfig:
-    """Constraints (platform-facts §5.1): mrope_section sums to head_dim/2, the vision position table is a
-    perfect square, and the vision tower's output width equals the text width."""
+    """Constraints of transformers' Qwen3-VL code (a violation fails at load or at the first forward):
+    mrope_section sums to head_dim/2, the vision position table is a perfect square, and the vision
+    tower's output width equals the text width."""
     from transformers import Qwen3VLConfig
 
     return Qwen3VLConfig(

@@ -48,7 +48,7 @@ TASK = (
 async def computer1_call(
     base_url: str, messages: list[dict[str, Any]], kind: str | None, **extra: Any
 ) -> Any:
-    """One LiteLLM request shaped like computer-1's (harbor-computer-1.md §4.5)."""
+    """One LiteLLM request shaped like computer-1's in Harbor 0.26.0 (its message layout and kwargs)."""
     import litellm
 
     kwargs: dict[str, Any] = {

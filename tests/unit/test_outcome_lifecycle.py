@@ -201,7 +201,7 @@ async def test_real_trial(tmp_path: Path, env: dict, agent: dict, phase: Phase |
 
 
 async def test_harbor_trusts_a_raw_transport_error_the_table_does_not(tmp_path: Path) -> None:
-    """The §10.4 trap: Harbor grades an unlisted exception and calls its reward valid."""
+    """Harbor's error-policy trap: it grades an unlisted exception and calls its reward valid."""
     result = await run_trial(tmp_path, env={"reward": "1"}, agent={"run_fail": "reset"})
     assert result.reward_valid and result.verifier_result and result.verifier_result.rewards == {"reward": 1}
     o = outcome_from_trial(result, run_id="r", group_id="g", episode_id="e", policy_version=1)

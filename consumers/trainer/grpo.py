@@ -1,0 +1,159 @@
+"""GRPO over groups of episodes: which groups train, their advantages, and what one step takes. Pure.
+
+A group is the n episodes of one task drawn together. The decisions, in the order they are made:
+
+1. **Complete**: every episode of the group is scored (a reward) or discarded. A group that is still
+   missing episodes when its deadline passes is dropped as ``timeout``.
+2. **Discards**: by default the whole group is dropped (as the reference does: a discarded episode is
+   not the policy's doing, and the survivors alone would bias the group's baseline); with
+   ``keep_survivors`` the rewarded episodes train when at least ``min_survivors`` remain.
+3. **Off-policy bound**: a group whose oldest trained token was sampled by a weight version older than
+   ``trainer_version - max_staleness`` is dropped as ``stale``.
+4. **Zero variance** (optional): a group whose rewards are all equal has no signal; dropped.
+5. **Advantages per episode** (not per sample: an episode that compacted more often gets no extra
+   weight): ``(r - mean) / (std + eps)`` over the group's episodes, ``std`` unbiased (n - 1), as the
+   reference; ``std_normalize=False`` gives ``r - mean`` (Dr. GRPO). Every sample of an episode gets its
+   episode's advantage.
+
+A training step takes whole groups until it holds ``episodes_per_step`` episodes: it never splits one.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from cua_stream.events import Discard, Reward
+
+
+class DropReason(enum.StrEnum):
+    """Why a group was not trained (published and counted)."""
+
+    DISCARDED = "discarded"
+    """An episode was discarded (``drop_group``); the detail names its discard reason."""
+    TOO_FEW_SURVIVORS = "too_few_survivors"
+    STALE = "stale"
+    ZERO_VARIANCE = "zero_variance"
+    TIMEOUT = "timeout"
+    NO_SAMPLES = "no_samples"
+    """No episode of the group left a trainable sample (every one too long, or nothing recorded)."""
+
+
+@dataclass(frozen=True)
+class GroupPolicy:
+    """The trainer's group rules (one section of its config)."""
+
+    group_size: int
+    on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
+    min_survivors: int = 2
+    filter_zero_variance: bool = False
+    max_staleness: int | None = None
+    """Versions a group's oldest token may lag the trainer's; None: no bound."""
+    std_normalize: bool = True
+    epsilon: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1 or self.min_survivors < 1 or self.epsilon < 0:
+            raise ValueError("group_size and min_survivors must be >= 1, epsilon >= 0")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ValueError("max_staleness must be >= 0 (or None)")
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """One finished episode as the group decision needs it."""
+
+    episode_id: str
+    verdict: Reward | Discard
+    oldest_version: int
+    """The oldest weight version among its trained tokens."""
+
+
+@dataclass(frozen=True)
+class GroupDecision:
+    """Train the group with these advantages, or drop it for ``reason`` (``detail`` says more)."""
+
+    advantages: Mapping[str, float] = field(default_factory=dict)
+    """episode_id → advantage, for the episodes that train."""
+    reason: DropReason | None = None
+    detail: str = ""
+
+    @property
+    def train(self) -> bool:
+        return self.reason is None
+
+
+def drop(reason: DropReason, detail: str = "") -> GroupDecision:
+    return GroupDecision(reason=reason, detail=detail)
+
+
+def decide(
+    episodes: Sequence[EpisodeResult], policy: GroupPolicy, *, trainer_version: int, timed_out: bool = False
+) -> GroupDecision | None:
+    """The group's fate, or None while it is still waiting for episodes (and has not timed out)."""
+    if len({e.episode_id for e in episodes}) < policy.group_size:
+        if not timed_out:
+            return None
+        return drop(DropReason.TIMEOUT, f"{len(episodes)} of {policy.group_size} episodes finished in time")
+    discards = [e for e in episodes if isinstance(e.verdict, Discard)]
+    kept = [e for e in episodes if isinstance(e.verdict, Reward)]
+    if discards and policy.on_discard == "drop_group":
+        return drop(DropReason.DISCARDED, ",".join(sorted({e.verdict.reason for e in discards})))
+    if discards and len(kept) < policy.min_survivors:
+        return drop(DropReason.TOO_FEW_SURVIVORS, f"{len(kept)} rewarded of {len(episodes)}")
+    if policy.max_staleness is not None:
+        oldest = min(e.oldest_version for e in kept)
+        if oldest < trainer_version - policy.max_staleness:
+            return drop(
+                DropReason.STALE, f"oldest token v{oldest} < v{trainer_version} - {policy.max_staleness}"
+            )
+    rewards = {e.episode_id: e.verdict.value for e in kept}  # type: ignore[union-attr]
+    if policy.filter_zero_variance and len(set(rewards.values())) == 1:
+        return drop(DropReason.ZERO_VARIANCE, f"every reward is {next(iter(rewards.values()))}")
+    return GroupDecision(
+        advantages=advantages(rewards, std_normalize=policy.std_normalize, epsilon=policy.epsilon)
+    )
+
+
+def advantages(
+    rewards: Mapping[str, float], *, std_normalize: bool = True, epsilon: float = 1e-6
+) -> dict[str, float]:
+    """GRPO advantages per episode: reward minus the group mean, over the unbiased std plus ``epsilon``
+    (a single episode, or ``std_normalize=False``: not divided)."""
+    values = list(rewards.values())
+    if any(not math.isfinite(v) for v in values):
+        raise ValueError(f"rewards must be finite: {rewards}")
+    mean = statistics.fmean(values)
+    scale = 1.0
+    if std_normalize and len(values) > 1:
+        scale = statistics.stdev(values) + epsilon
+    return {k: (v - mean) / scale for k, v in rewards.items()}
+
+
+@dataclass(frozen=True)
+class ReadyGroup:
+    """A group decided to train: its id and how many episodes it brings to a step."""
+
+    group_id: str
+    episodes: int
+
+
+def next_batch(ready: Sequence[ReadyGroup], episodes_per_step: int, *, flush: bool = False) -> int:
+    """How many of the ``ready`` groups (in order) the next step takes: whole groups up to
+    ``episodes_per_step`` episodes (a first group larger than that goes alone). 0 while fewer episodes
+    than that are ready, unless ``flush``."""
+    if not ready or (not flush and sum(g.episodes for g in ready) < episodes_per_step):
+        return 0
+    taken = total = 0
+    for group in ready:
+        if taken and total + group.episodes > episodes_per_step:
+            break
+        taken += 1
+        total += group.episodes
+        if total >= episodes_per_step:
+            break
+    return taken

@@ -1,0 +1,182 @@
+"""An episode's recorded calls → training samples. Pure: no I/O, no Kafka, no torch.
+
+The gateway recorded every completion of the episode as a call: its prompt ids after its parent's
+prompt + completion (all of them for a root), its completion ids, their logprobs and weight versions,
+and the images of its new prompt part. The calls form a tree (``parent_call_id``): each request extends
+the call whose messages it continues; a retry is a second child of the same parent; a compaction starts
+a new root, and the compactor's summary call is a leaf of the tree it summarised.
+
+Assembly, in order (the reference semantics, with the choices said where we make one):
+
+1. **Drop abandoned retries**: a leaf with a later sibling (by ``seq``) under the same parent was retried
+   and the episode went on from the retry; it is not trained.
+2. **One sample per kept leaf**: its tokens are the lineage root → leaf, each call's prompt delta then
+   its completion.
+3. **Ownership**: a completion shared by several kept leaves (their common ancestors) is trained in
+   exactly one of them, the leaf committed first (smallest ``seq``); the others mask it. So every sampled
+   token contributes to the loss once. Prompt tokens (observations, template glue) are always masked.
+4. **Alignment**: per token, the rollout logprob (0.0 where masked) and the weight version that sampled
+   it (``NO_VERSION`` for prompt tokens); the images in prompt order.
+5. **Length**: a sample longer than ``max_seq_len`` is cut at a call boundary, after the last completion
+   that fits, never inside one; a sample whose first completion does not fit is dropped with a reason.
+
+A compaction summary is a leaf like any other: a sample of its own, the policy's completion on the
+context it saw. Every sample of an episode shares the episode's reward (applied by ``grpo``).
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from cua_stream.events import CallKind, CallRecord, ImageRef, Logprobs, TokenIds
+
+NO_VERSION = -1
+"""Weight version of a token the policy did not sample (prompt, observation, template glue)."""
+
+
+class CallTreeError(ValueError):
+    """The records do not form a call tree (a parent is missing, a call repeats, lengths disagree)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sequence of an episode: a kept leaf's lineage, masked so each completion counts once."""
+
+    run_id: str
+    group_id: str
+    episode_id: str
+    leaf_call_id: str
+    kind: CallKind
+    """The leaf's kind: an agent turn, a final answer, or a compaction summary."""
+    tokens: TokenIds
+    loss_mask: bytes
+    """1 on completion tokens this sample trains, 0 elsewhere (one byte per token)."""
+    rollout_logprobs: Logprobs
+    """The engine's logprob of each trained token; 0.0 elsewhere."""
+    token_versions: array.array
+    """Per token, the weight version that sampled it (``NO_VERSION`` for prompt tokens)."""
+    images: tuple[ImageRef, ...]
+    """Every image of ``tokens``, in prompt order (their pads are in ``tokens``)."""
+    truncated: bool
+    """Cut at ``max_seq_len`` (calls after the cut are not in it)."""
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    @property
+    def oldest_version(self) -> int:
+        """The oldest weight version among the trained tokens (``NO_VERSION`` if none is trained)."""
+        trained = [v for v, m in zip(self.token_versions, self.loss_mask, strict=True) if m]
+        return min(trained) if trained else NO_VERSION
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """What ``assemble`` made of one episode's calls."""
+
+    samples: tuple[Sample, ...]
+    dropped_retries: tuple[str, ...]
+    """Call ids of abandoned retries (not trained)."""
+    too_long: tuple[str, ...]
+    """Leaf call ids dropped because their first completion does not fit in ``max_seq_len``."""
+
+
+def assemble(records: Iterable[CallRecord], *, max_seq_len: int | None = None) -> Assembly:
+    """The samples of one episode attempt from its turn and summary records (any order)."""
+    calls = sorted(records, key=lambda r: r.seq)
+    if not calls:
+        return Assembly((), (), ())
+    by_id: dict[str, CallRecord] = {}
+    children: dict[str | None, list[CallRecord]] = {}
+    for call in calls:
+        if call.call_id in by_id:
+            raise CallTreeError(f"call {call.call_id} is recorded twice")
+        if (call.run_id, call.episode_id) != (calls[0].run_id, calls[0].episode_id):
+            raise CallTreeError(f"call {call.call_id} belongs to another episode")
+        if len(call.completion_logprobs) != len(call.completion_ids):
+            raise CallTreeError(f"call {call.call_id}: logprobs and completion ids differ in length")
+        by_id[call.call_id] = call
+        children.setdefault(call.parent_call_id, []).append(call)
+    for call in calls:
+        if call.parent_call_id is not None and call.parent_call_id not in by_id:
+            raise CallTreeError(f"call {call.call_id} extends {call.parent_call_id}, which is not recorded")
+    leaves = [c for c in calls if c.call_id not in children]
+    dropped = [leaf for leaf in leaves if _has_later_sibling(leaf, children)]
+    kept = [leaf for leaf in leaves if leaf not in dropped]  # in seq order: first committed first
+    owner: dict[str, str] = {}  # call id → the kept leaf that trains its completion
+    for leaf in kept:
+        for call in _lineage(leaf, by_id):
+            owner.setdefault(call.call_id, leaf.call_id)
+    samples: list[Sample] = []
+    too_long: list[str] = []
+    for leaf in kept:
+        sample = _sample(leaf, _lineage(leaf, by_id), owner, max_seq_len)
+        if sample is None:
+            too_long.append(leaf.call_id)
+        else:
+            samples.append(sample)
+    return Assembly(tuple(samples), tuple(c.call_id for c in dropped), tuple(too_long))
+
+
+def _has_later_sibling(leaf: CallRecord, children: dict[str | None, list[CallRecord]]) -> bool:
+    return any(s.seq > leaf.seq for s in children[leaf.parent_call_id] if s is not leaf)
+
+
+def _lineage(leaf: CallRecord, by_id: dict[str, CallRecord]) -> list[CallRecord]:
+    """Root first, ending with ``leaf``."""
+    out = [leaf]
+    while out[-1].parent_call_id is not None:
+        out.append(by_id[out[-1].parent_call_id])
+    return out[::-1]
+
+
+def _sample(
+    leaf: CallRecord, lineage: Sequence[CallRecord], owner: dict[str, str], max_seq_len: int | None
+) -> Sample | None:
+    tokens, logprobs = TokenIds(), Logprobs()
+    mask = bytearray()
+    versions = array.array("i")
+    images: list[ImageRef] = []
+    truncated = False
+    for call in lineage:
+        end = len(tokens) + len(call.prompt_ids) + len(call.completion_ids)
+        if max_seq_len is not None and end > max_seq_len:
+            truncated = True  # cut before this call: never inside a completion
+            break
+        n_prompt, n_completion = len(call.prompt_ids), len(call.completion_ids)
+        tokens.extend(call.prompt_ids)
+        tokens.extend(call.completion_ids)
+        images.extend(call.images)
+        trained = owner[call.call_id] == leaf.call_id
+        mask.extend(b"\x00" * n_prompt + (b"\x01" if trained else b"\x00") * n_completion)
+        logprobs.extend([0.0] * n_prompt)
+        logprobs.extend(call.completion_logprobs if trained else [0.0] * n_completion)
+        versions.extend([NO_VERSION] * n_prompt)
+        versions.extend(completion_versions(call))
+    if not any(mask):
+        return None
+    return Sample(
+        run_id=leaf.run_id,
+        group_id=leaf.group_id,
+        episode_id=leaf.episode_id,
+        leaf_call_id=leaf.call_id,
+        kind=leaf.kind,
+        tokens=tokens,
+        loss_mask=bytes(mask),
+        rollout_logprobs=logprobs,
+        token_versions=versions,
+        images=tuple(images),
+        truncated=truncated,
+    )
+
+
+def completion_versions(call: CallRecord) -> list[int]:
+    """The weight version of each completion token, from the call's version spans (its
+    ``policy_version`` for tokens no span covers: records from engines that report one per call)."""
+    out = [call.policy_version] * len(call.completion_ids)
+    for span in call.weight_versions:
+        out[span.start : span.end] = [span.version] * (min(span.end, len(out)) - span.start)
+    return out

@@ -1,0 +1,94 @@
+"""GRPO decisions and advantages against hand-computed cases: unbiased std, discard policies, the
+off-policy bound, the zero-variance filter, timeouts, and steps that never split a group."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from consumers.trainer.grpo import (
+    DropReason,
+    EpisodeResult,
+    GroupPolicy,
+    ReadyGroup,
+    advantages,
+    decide,
+    next_batch,
+)
+from cua_stream.events import Discard, Reward
+
+
+def ep(i: int, reward: float | None, version: int = 5, discard: str = "sandbox_lost") -> EpisodeResult:
+    verdict = Discard(reason=discard) if reward is None else Reward(value=reward)
+    return EpisodeResult(episode_id=f"e{i}", verdict=verdict, oldest_version=version)
+
+
+def test_advantages_use_the_unbiased_std_over_episodes() -> None:
+    # rewards 1, 0, 0, 1: mean 0.5; unbiased std = sqrt(4 * 0.25 / 3) = 0.57735
+    adv = advantages({"a": 1.0, "b": 0.0, "c": 0.0, "d": 1.0})
+    assert adv["a"] == pytest.approx(0.5 / (math.sqrt(1 / 3) + 1e-6))
+    assert adv["b"] == pytest.approx(-0.5 / (math.sqrt(1 / 3) + 1e-6))
+    # rewards 3, 1: mean 2, unbiased std sqrt(2) (the biased one would be 1)
+    assert advantages({"x": 3.0, "y": 1.0})["x"] == pytest.approx(1 / (math.sqrt(2) + 1e-6))
+    assert advantages({"x": 3.0, "y": 1.0}, std_normalize=False) == {"x": 1.0, "y": -1.0}
+    assert advantages({"x": 0.7}) == {"x": 0.0}  # one episode: no std
+    assert advantages({"a": 1.0, "b": 1.0}) == {"a": 0.0, "b": 0.0}  # zero std: eps keeps it finite
+    with pytest.raises(ValueError, match="finite"):
+        advantages({"a": float("nan"), "b": 0.0})
+
+
+def test_a_group_waits_for_all_its_episodes_then_times_out_with_a_reason() -> None:
+    policy = GroupPolicy(group_size=3)
+    assert decide([ep(0, 1.0), ep(1, 0.0)], policy, trainer_version=5) is None
+    timed_out = decide([ep(0, 1.0), ep(1, 0.0)], policy, trainer_version=5, timed_out=True)
+    assert timed_out is not None and timed_out.reason is DropReason.TIMEOUT and "2 of 3" in timed_out.detail
+
+
+def test_a_discard_drops_the_whole_group_by_default() -> None:
+    decision = decide([ep(0, 1.0), ep(1, None), ep(2, 0.0)], GroupPolicy(group_size=3), trainer_version=5)
+    assert decision is not None and decision.reason is DropReason.DISCARDED
+    assert decision.detail == "sandbox_lost" and not decision.train
+
+
+def test_keep_survivors_trains_the_rewarded_episodes_when_enough_remain() -> None:
+    policy = GroupPolicy(group_size=4, on_discard="keep_survivors", min_survivors=2)
+    ok = decide([ep(0, 1.0), ep(1, None), ep(2, 0.0), ep(3, 0.0)], policy, trainer_version=5)
+    assert ok is not None and ok.train and set(ok.advantages) == {"e0", "e2", "e3"}
+    assert ok.advantages["e0"] == pytest.approx((1 - 1 / 3) / (math.sqrt(1 / 3) + 1e-6))
+    few = decide([ep(0, 1.0), ep(1, None), ep(2, None), ep(3, None)], policy, trainer_version=5)
+    assert few is not None and few.reason is DropReason.TOO_FEW_SURVIVORS
+
+
+def test_the_off_policy_bound_drops_stale_groups() -> None:
+    policy = GroupPolicy(group_size=2, max_staleness=2)
+    fresh = decide([ep(0, 1.0, version=8), ep(1, 0.0, version=9)], policy, trainer_version=10)
+    assert fresh is not None and fresh.train
+    stale = decide([ep(0, 1.0, version=7), ep(1, 0.0, version=9)], policy, trainer_version=10)
+    assert stale is not None and stale.reason is DropReason.STALE and "v7" in stale.detail
+    unbounded = decide([ep(0, 1.0, version=0), ep(1, 0.0)], GroupPolicy(group_size=2), trainer_version=99)
+    assert unbounded is not None and unbounded.train
+
+
+def test_the_zero_variance_filter_is_optional() -> None:
+    same = [ep(0, 1.0), ep(1, 1.0)]
+    assert decide(same, GroupPolicy(group_size=2), trainer_version=5).train  # type: ignore[union-attr]
+    filtered = decide(same, GroupPolicy(group_size=2, filter_zero_variance=True), trainer_version=5)
+    assert filtered is not None and filtered.reason is DropReason.ZERO_VARIANCE
+
+
+def test_a_step_takes_whole_groups_up_to_the_episode_count() -> None:
+    ready = [ReadyGroup("g0", 4), ReadyGroup("g1", 4), ReadyGroup("g2", 3), ReadyGroup("g3", 4)]
+    assert next_batch(ready, 8) == 2  # 4 + 4
+    assert next_batch(ready[1:], 8) == 2  # 4 + 3: the next group would overflow the step
+    assert next_batch(ready[:1], 8) == 0  # not enough ready yet
+    assert next_batch(ready[:1], 8, flush=True) == 1
+    assert next_batch([ReadyGroup("big", 12)], 8) == 1  # a group larger than a step goes alone
+    assert next_batch([], 8, flush=True) == 0
+
+
+def test_bad_policies_are_refused() -> None:
+    with pytest.raises(ValueError):
+        GroupPolicy(group_size=0)
+    with pytest.raises(ValueError):
+        GroupPolicy(group_size=2, max_staleness=-1)

@@ -1,0 +1,148 @@
+"""Sample assembly from recorded calls, on hand-built call trees: retries dropped, each completion owned
+by exactly one sample, prompts masked, logprobs and versions aligned, summaries trained, cuts at call
+boundaries."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.trainer.samples import NO_VERSION, CallTreeError, assemble, completion_versions
+from cua_stream.events import (
+    CallKind,
+    CallRecord,
+    ImageRef,
+    Logprobs,
+    SummaryEvent,
+    TokenIds,
+    TurnEvent,
+    VersionSpan,
+)
+
+
+def call(
+    seq: int,
+    parent: int | None,
+    prompt: list[int],
+    completion: list[int],
+    *,
+    kind: CallKind = CallKind.AGENT_TURN,
+    version: int = 0,
+    spans: tuple[VersionSpan, ...] = (),
+    images: tuple[ImageRef, ...] = (),
+) -> CallRecord:
+    cls = (
+        SummaryEvent
+        if kind in (CallKind.COMPACTION_SUMMARY, CallKind.COMPACTION_SHORT_SUMMARY)
+        else TurnEvent
+    )
+    return cls(
+        run_id="r",
+        group_id="g",
+        episode_id="e",
+        seq=seq,
+        call_id=f"c{seq}",
+        parent_call_id=None if parent is None else f"c{parent}",
+        kind=kind,
+        prompt_ids=TokenIds(prompt),
+        completion_ids=TokenIds(completion),
+        completion_logprobs=Logprobs([-(seq + 1) / 10 - i / 100 for i in range(len(completion))]),
+        images=images,
+        weight_versions=spans,
+        policy_version=version,
+        finish_reason="stop",
+        started_at=0.0,
+    )
+
+
+def test_a_linear_episode_is_one_sample_training_every_completion() -> None:
+    calls = [call(0, None, [1, 2], [10, 11]), call(1, 0, [3], [12]), call(2, 1, [4, 5], [13, 14])]
+    (sample,) = assemble(calls).samples
+    assert list(sample.tokens) == [1, 2, 10, 11, 3, 12, 4, 5, 13, 14]
+    assert list(sample.loss_mask) == [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
+    assert list(sample.rollout_logprobs) == pytest.approx([0, 0, -0.1, -0.11, 0, -0.2, 0, 0, -0.3, -0.31])
+    assert sample.leaf_call_id == "c2" and not sample.truncated and sample.trained_tokens == 5
+
+
+def test_an_abandoned_retry_is_dropped_and_its_sibling_trains() -> None:
+    # c1 was retried as c2 (same parent, later seq); the episode went on from c2.
+    calls = [call(0, None, [1], [10]), call(1, 0, [2], [11]), call(2, 0, [2], [12]), call(3, 2, [3], [13])]
+    result = assemble(calls)
+    assert result.dropped_retries == ("c1",)
+    (sample,) = result.samples
+    assert list(sample.tokens) == [1, 10, 2, 12, 3, 13] and 11 not in sample.tokens
+
+
+def test_compaction_gives_the_summary_a_sample_and_each_completion_one_owner() -> None:
+    # c0 -> c1 -> c2 (summary of the history); then a new root c3 (the compacted history) -> c4.
+    calls = [
+        call(0, None, [1], [10]),
+        call(1, 0, [2], [11]),
+        call(2, 1, [9, 9], [20, 21], kind=CallKind.COMPACTION_SUMMARY),
+        call(3, None, [1, 20, 21], [30]),
+        call(4, 3, [5], [31]),
+    ]
+    summary, after = assemble(calls).samples
+    assert summary.kind is CallKind.COMPACTION_SUMMARY and summary.leaf_call_id == "c2"
+    assert list(summary.tokens) == [1, 10, 2, 11, 9, 9, 20, 21]
+    assert list(summary.loss_mask) == [0, 1, 0, 1, 0, 0, 1, 1]  # its context's completions are its own
+    assert list(after.tokens) == [1, 20, 21, 30, 5, 31]
+    assert list(after.loss_mask) == [0, 0, 0, 1, 0, 1]  # the summary's text is a prompt here
+
+
+def test_a_completion_shared_by_two_kept_leaves_is_trained_once() -> None:
+    # Two branches from c1 that both went on (a history rewritten in place): c1 -> c2 -> c3, and
+    # c1 -> c4 later. Neither leaf has a later sibling, so both train; c0 and c1 belong to both lineages.
+    calls = [
+        call(0, None, [1], [10]),
+        call(1, 0, [2], [11]),
+        call(2, 1, [3], [12]),
+        call(3, 2, [4], [13]),  # branch A goes on
+        call(4, 1, [5, 5], [14]),  # branch B from c1, later: c2 has a child, so it is not a retry leaf
+    ]
+    a, b = assemble(calls).samples
+    assert (a.leaf_call_id, b.leaf_call_id) == ("c3", "c4")
+    owned = {}
+    for sample in (a, b):
+        for token, mask in zip(sample.tokens, sample.loss_mask, strict=True):
+            if token >= 10 and mask:
+                owned.setdefault(token, []).append(sample.leaf_call_id)
+    assert owned == {10: ["c3"], 11: ["c3"], 12: ["c3"], 13: ["c3"], 14: ["c4"]}
+    assert list(b.loss_mask) == [0, 0, 0, 0, 0, 0, 1]  # c0/c1's completions are c3's to train
+
+
+def test_versions_follow_the_spans_and_prompt_tokens_have_none() -> None:
+    spans = (VersionSpan(version=3, start=0, end=2), VersionSpan(version=4, start=2, end=3))
+    c = call(0, None, [1, 2], [10, 11, 12], spans=spans)
+    assert completion_versions(c) == [3, 3, 4]
+    (sample,) = assemble([c, call(1, 0, [5], [13], version=4)]).samples
+    assert list(sample.token_versions) == [NO_VERSION, NO_VERSION, 3, 3, 4, NO_VERSION, 4]
+    assert sample.oldest_version == 3
+
+
+def test_images_come_in_prompt_order() -> None:
+    img = [ImageRef(sha256=f"{i}" * 64, size=1, width=1, height=1) for i in range(3)]
+    calls = [call(0, None, [1], [10], images=(img[0], img[1])), call(1, 0, [2], [11], images=(img[2],))]
+    (sample,) = assemble(calls).samples
+    assert sample.images == tuple(img)
+
+
+def test_too_long_samples_are_cut_at_a_call_boundary_never_inside_a_completion() -> None:
+    calls = [call(0, None, [1, 2], [10, 11]), call(1, 0, [3], [12, 13, 14])]
+    (cut,) = assemble(calls, max_seq_len=6).samples  # the second call would end at 9
+    assert list(cut.tokens) == [1, 2, 10, 11] and cut.truncated
+    assert assemble(calls, max_seq_len=9).samples[0].truncated is False
+    none = assemble(calls, max_seq_len=3)
+    assert none.samples == () and none.too_long == ("c1",)
+
+
+def test_records_arrive_in_any_order() -> None:
+    calls = [call(0, None, [1], [10]), call(1, 0, [2], [11]), call(2, 1, [3], [12])]
+    assert assemble(calls[::-1]).samples == assemble(calls).samples
+
+
+def test_a_broken_tree_is_an_error() -> None:
+    with pytest.raises(CallTreeError, match="not recorded"):
+        assemble([call(1, 0, [2], [11])])
+    with pytest.raises(CallTreeError, match="twice"):
+        assemble([call(0, None, [1], [10]), call(0, None, [1], [10])])
+    assert assemble([]).samples == ()

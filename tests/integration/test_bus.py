@@ -14,6 +14,7 @@ from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import read_events, scan
 from cua_stream.bus.transaction import TransactionalProcessor
 from cua_stream.config import BusConfig
+from cua_stream.errors import BusUnavailable
 from cua_stream.events import (
     CallKind,
     DeadLetter,
@@ -136,7 +137,7 @@ class ScoreAll:
         ev = d.event
         if ev.episode_id == self.fail_on:
             self.fail_on = None  # fail once, then succeed on the retry
-            raise RuntimeError("injected failure")
+            raise BusUnavailable("injected failure")  # retriable: the policy aborts, rewinds, retries
         score = ScoreEvent(
             run_id=ev.run_id,
             group_id=ev.group_id,

@@ -17,7 +17,7 @@ from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import read_raw
 from cua_stream.config import BusConfig
 from cua_stream.events import CallKind, Discard, Logprobs, Reward, ScoreEvent, TokenIds, TurnEvent, decode
-from cua_stream.replay import read_file
+from cua_stream.replay import read_file, read_header
 from cua_stream.topics import SCORES
 from cua_stream.topics import TURNS as TURNS_SPEC
 
@@ -77,7 +77,15 @@ async def test_replay_range_to_files_and_new_prefix(bus_config: BusConfig, tmp_p
         assert "replayed 13 record(s)" in res.stdout
         back = [(r.partition, r.offset, r.key, r.value, r.headers) for r in read_file(tmp_path / name)]
         assert sorted(back) == sorted(source)
-    lines = [json.loads(x) for x in (tmp_path / "range.jsonl").read_text().splitlines()]
+    header, *lines = [json.loads(x) for x in (tmp_path / "range.jsonl").read_text().splitlines()]
+    assert header["format"] == "cua-stream-replay/1" and header["schema"] == "cua-stream/1"
+    assert header["topic"] == bus_config.topics().name_of(TURNS_SPEC)
+    packed = read_header(tmp_path / "range.msgpack")
+    assert packed is not None and (packed.format, packed.schema, packed.topic) == (
+        header["format"],
+        header["schema"],
+        header["topic"],
+    )
     assert sum(1 for x in lines if x["event"] is None and "decode_error" in x) == 1
     assert {x["event"]["episode_id"] for x in lines if x["event"]} == {f"ep-{i}" for i in range(12)}
 

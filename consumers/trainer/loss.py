@@ -1,0 +1,81 @@
+"""The GRPO policy loss over packed tokens (torch tensors in, a scalar out; no model, no I/O).
+
+Per trained token t of episode e, with the rollout logprob as the old one (the engine's, recorded by
+the gateway, so no second forward pass is needed to get it):
+
+    ratio_t = exp(logp_t - logp_rollout_t)
+    loss_t  = -min(A_e * ratio_t, A_e * clip(ratio_t, 1 - clip_low, 1 + clip_high))
+
+With ``tis_clip`` set (truncated importance sampling), the ratio is taken against the trainer's own
+logprobs under the current weights (detached) and each token's loss is weighted by the capped
+trainer/engine probability ratio ``min(exp(logp_trainer - logp_rollout), tis_clip)``: the correction for
+an engine whose numerics differ from the trainer's.
+
+Reduction: a token mean per episode, then the mean over episodes. An episode with many samples
+(compactions) or long replies weighs as much as any other in its step, as GRPO normalises per episode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    tis_clip: float | None = None
+
+
+@dataclass(frozen=True)
+class LossStats:
+    loss: float
+    clip_fraction: float
+    """Share of trained tokens whose ratio was clipped."""
+    logprob_gap: float
+    """Mean |trainer logprob - engine logprob| over trained tokens (before this update)."""
+    tokens: int
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    rollout_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    episodes: torch.Tensor,
+    config: LossConfig = LossConfig(),
+) -> tuple[torch.Tensor, LossStats]:
+    """The loss over packed tokens. All inputs are 1-D of the same length: the trainer's logprob of each
+    token (with grad), the engine's, the token's episode advantage, the loss mask (1 = trained) and the
+    token's episode index (0..E-1)."""
+    if not (logprobs.shape == rollout_logprobs.shape == advantages.shape == mask.shape == episodes.shape):
+        raise ValueError("policy_loss: every input must have the same 1-D shape")
+    m = mask.to(logprobs.dtype)
+    rollout = rollout_logprobs.to(logprobs.dtype)
+    old = logprobs.detach() if config.tis_clip is not None else rollout
+    ratio = torch.exp(logprobs - old)
+    unclipped = advantages * ratio
+    clipped = advantages * torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
+    per_token = -torch.minimum(unclipped, clipped)
+    if config.tis_clip is not None:
+        weight = torch.clamp(torch.exp(logprobs.detach() - rollout), max=config.tis_clip)
+        per_token = per_token * weight
+    n_episodes = int(episodes.max().item()) + 1 if episodes.numel() else 0
+    token_sum = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, per_token * m)
+    token_count = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, m)
+    has_tokens = token_count > 0
+    loss = (
+        (token_sum[has_tokens] / token_count[has_tokens]).mean() if has_tokens.any() else logprobs.sum() * 0
+    )
+    trained = m.sum().clamp(min=1)
+    with torch.no_grad():
+        was_clipped = ((ratio < 1 - config.clip_low) | (ratio > 1 + config.clip_high)).to(m.dtype)
+        stats = LossStats(
+            loss=float(loss.detach()),
+            clip_fraction=float((was_clipped * m).sum() / trained),
+            logprob_gap=float(((logprobs.detach() - rollout).abs() * m).sum() / trained),
+            tokens=int(m.sum()),
+        )
+    return loss, stats

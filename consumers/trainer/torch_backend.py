@@ -1,0 +1,121 @@
+"""The embedded trainer backend: a transformers Qwen3-VL trained with torch (CPU, or one GPU).
+
+Per sample, one forward pass over its tokens (with its images' pixel values) gives the trainer's
+logprob of every token under the sampling temperature, through the engine's own ``token_logprobs`` (the
+one place the distribution is decided, so the trainer and the engine compare like with like). The
+samples of a step are packed into one loss (``loss.policy_loss``), then one AdamW step with gradient
+clipping. ``save`` writes weights the engine loads with ``/update_weights_from_disk``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from consumers.trainer.images import pixel_inputs
+from consumers.trainer.loss import LossConfig, LossStats, policy_loss
+from consumers.trainer.samples import Sample
+from cua_stream.blobs import BlobStore
+from cua_stream.engine.forward import prompt_position_ids, token_logprobs
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    """A sample with its episode's advantage, and the episode's index within the step."""
+
+    sample: Sample
+    advantage: float
+    episode: int
+
+
+@dataclass(frozen=True)
+class StepStats:
+    loss: LossStats
+    grad_norm: float
+    samples: int
+    episodes: int
+
+
+class TorchBackend:
+    def __init__(
+        self,
+        model_path: str | Path,
+        blobs: BlobStore,
+        *,
+        temperature: float = 1.0,
+        lr: float = 1e-5,
+        max_grad_norm: float = 1.0,
+        loss: LossConfig | None = None,
+    ) -> None:
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.blobs = blobs
+        self.temperature = temperature
+        self.max_grad_norm = max_grad_norm
+        self.loss_config = loss or LossConfig()
+        self.processor = AutoProcessor.from_pretrained(model_path)
+        self.model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
+        self.model.train()
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.image_token_id = int(self.model.config.image_token_id)
+
+    def token_logprobs(self, sample: Sample) -> torch.Tensor:
+        """The trainer's logprob of each of ``sample``'s tokens (with grad); 0 for the first token, which
+        nothing predicts (a prompt token, always masked)."""
+        ids = torch.tensor([list(sample.tokens)], dtype=torch.long)
+        pixel_values, grid = pixel_inputs(sample.images, self.blobs, self.processor.image_processor)
+        positions, _ = prompt_position_ids(self.model, ids, grid)
+        extra: dict[str, Any] = {}
+        if pixel_values is not None:
+            extra = {
+                "pixel_values": pixel_values,
+                "image_grid_thw": grid,
+                "mm_token_type_ids": (ids == self.image_token_id).int(),
+            }
+        logits = self.model(input_ids=ids, position_ids=positions, use_cache=False, **extra).logits
+        logp = token_logprobs(logits[0, :-1], self.temperature)  # row i predicts token i + 1
+        picked = logp.gather(1, ids[0, 1:].unsqueeze(1)).squeeze(1)
+        return torch.cat([picked.new_zeros(1), picked])
+
+    def step(self, items: Sequence[TrainItem]) -> StepStats:
+        """One optimizer step over ``items`` (every sample of the step's episodes)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        logprobs = torch.cat([self.token_logprobs(item.sample) for item in items])
+        rollout = torch.cat(
+            [torch.tensor(item.sample.rollout_logprobs, dtype=torch.float32) for item in items]
+        )
+        mask = torch.cat(
+            [torch.frombuffer(bytearray(item.sample.loss_mask), dtype=torch.uint8) for item in items]
+        )
+        advantages = torch.cat([torch.full((len(item.sample.tokens),), item.advantage) for item in items])
+        episodes = torch.cat(
+            [torch.full((len(item.sample.tokens),), item.episode, dtype=torch.long) for item in items]
+        )
+        loss, stats = policy_loss(logprobs, rollout, advantages, mask, episodes, self.loss_config)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return StepStats(
+            loss=stats,
+            grad_norm=float(grad_norm),
+            samples=len(items),
+            episodes=len({item.episode for item in items}),
+        )
+
+    def save(self, out_dir: str | Path) -> Path:
+        """The weights (and config) where the engine can load them."""
+        out = Path(out_dir)
+        self.model.save_pretrained(out)
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint holds of the backend: the model and the optimizer."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

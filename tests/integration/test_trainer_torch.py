@@ -1,0 +1,113 @@
+"""The torch backend on the tiny Qwen3-VL: the trainer's logprobs equal the engine's on the engine's own
+completion (images from the blob store through the real processor), a step with a positive advantage
+raises the sampled tokens' probability (a negative one lowers it), and the saved weights load into the
+engine."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from consumers.trainer.samples import assemble
+from consumers.trainer.torch_backend import TorchBackend, TrainItem
+from cua_stream.blobs import LocalBlobStore
+from cua_stream.engine.params import SamplingParams
+from cua_stream.engine.runner import ModelRunner
+from cua_stream.events import CallKind, Logprobs, TokenIds, TurnEvent
+from cua_stream.gateway.messages import parse_messages
+from cua_stream.gateway.rendering import Renderer
+from tests.integration.gateway_servers import tiny_model_dir
+from tests.unit.gateway_support import user_turn
+
+__all__ = ["tiny_model_dir"]  # fixture
+
+pytestmark = pytest.mark.model
+
+
+def screenshot_png() -> bytes:
+    img = Image.new("RGB", (320, 192), (30, 90, 200))
+    img.paste((250, 250, 250), (40, 40, 140, 90))
+    out = io.BytesIO()
+    img.save(out, "PNG")
+    return out.getvalue()
+
+
+def one_turn(model_dir: Path, blobs: LocalBlobStore) -> tuple[TurnEvent, ModelRunner]:
+    """One agent turn as the gateway would record it: a screenshot prompt and the engine's reply."""
+    renderer = Renderer.from_pretrained(str(model_dir))
+    png = screenshot_png()
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    messages = parse_messages([user_turn("Click the white button.", url)])
+    delta = renderer.render_delta(messages, after_completion=None)
+    data, ref = delta.images[0].stored()
+    blobs.put(data)
+    runner = ModelRunner(str(model_dir))
+    params = SamplingParams(temperature=1.0, max_new_tokens=6, ignore_eos=True, sampling_seed=5)
+    gen = runner.generate(list(delta.ids), runner.pixel_inputs([url]), params)
+    event = TurnEvent(
+        run_id="r",
+        group_id="g",
+        episode_id="e",
+        seq=0,
+        call_id="c0",
+        kind=CallKind.AGENT_TURN,
+        prompt_ids=TokenIds(delta.ids),
+        completion_ids=TokenIds(gen.output_ids),
+        completion_logprobs=Logprobs(gen.logprobs),
+        images=(ref,),
+        policy_version=0,
+        finish_reason="length",
+        started_at=0.0,
+    )
+    return event, runner
+
+
+def trained_logprobs(backend: TorchBackend, sample: object) -> torch.Tensor:
+    with torch.no_grad():
+        logp = backend.token_logprobs(sample)  # type: ignore[arg-type]
+    mask = torch.tensor(list(sample.loss_mask), dtype=torch.bool)  # type: ignore[attr-defined]
+    return logp[mask]
+
+
+def test_trainer_and_engine_agree_and_a_step_moves_the_policy_the_advantages_way(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    event, runner = one_turn(tiny_model_dir, blobs)
+    (sample,) = assemble([event]).samples
+    backend = TorchBackend(tiny_model_dir, blobs, lr=1e-3)
+    before = trained_logprobs(backend, sample)
+    assert before.tolist() == pytest.approx(list(event.completion_logprobs), abs=1e-4)
+
+    stats = backend.step([TrainItem(sample, advantage=1.0, episode=0)])
+    assert stats.loss.logprob_gap < 1e-4 and stats.grad_norm > 0 and stats.loss.tokens == 6
+    for _ in range(2):
+        backend.step([TrainItem(sample, advantage=1.0, episode=0)])
+    raised = trained_logprobs(backend, sample)
+    assert raised.sum() > before.sum()
+
+    # the saved weights are what the engine now samples with
+    runner.load_weights(str(backend.save(tmp_path / "v1")), "1")
+    from cua_stream.engine.forward import teacher_forced_logprobs
+
+    pixels = runner.pixel_inputs(
+        ["data:image/png;base64," + base64.b64encode(blobs.get(event.images[0].sha256)).decode()]
+    )
+    engine_side = teacher_forced_logprobs(
+        runner.model,
+        list(event.prompt_ids),
+        list(event.completion_ids),
+        temperature=1.0,
+        pixel_values=pixels.pixel_values,
+        image_grid_thw=pixels.image_grid_thw,
+    )
+    assert engine_side == pytest.approx(raised.tolist(), abs=1e-4)
+
+    for _ in range(6):  # and a negative advantage pushes the other way
+        backend.step([TrainItem(sample, advantage=-1.0, episode=0)])
+    assert trained_logprobs(backend, sample).sum() < raised.sum()

@@ -287,6 +287,17 @@ class TrainStep(Event, frozen=True, kw_only=True, tag="train_step"):
     finished_at: float
 
 
+class GroupDropped(Event, frozen=True, kw_only=True, tag="group_dropped"):
+    """A GRPO group the trainer will not train, and why (``reason`` from the trainer's DropReason)."""
+
+    group_id: str
+    reason: str
+    detail: str = ""
+    episode_ids: tuple[str, ...] = ()
+    trainer_version: int
+    dropped_at: float
+
+
 class Trimmed(msgspec.Struct, frozen=True, kw_only=True):
     """A part of a dead-lettered record too large to carry whole: only a prefix of it was kept."""
 
@@ -325,6 +336,7 @@ RECORD_TYPES: tuple[type[Event], ...] = (
     ScoreEvent,
     PolicyVersion,
     TrainStep,
+    GroupDropped,
     DeadLetter,
 )
 AnyEvent = (
@@ -335,6 +347,7 @@ AnyEvent = (
     | ScoreEvent
     | PolicyVersion
     | TrainStep
+    | GroupDropped
     | DeadLetter
 )
 TYPE_BY_TAG: dict[str, type[Event]] = {t.__struct_config__.tag: t for t in RECORD_TYPES}

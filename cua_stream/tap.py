@@ -28,6 +28,7 @@ from cua_stream.events import (
     CallRecord,
     DeadLetter,
     Discard,
+    GroupDropped,
     Event,
     OutcomeEvent,
     PolicyVersion,
@@ -108,6 +109,8 @@ def describe(event: Event) -> str:
                 f"step={event.step} v={event.policy_version} groups={event.n_groups} "
                 f"episodes={event.n_episodes} samples={event.n_samples} loss={event.loss:.4f}"
             )
+        case GroupDropped():
+            return f"group={event.group_id} DROPPED {event.reason} {event.detail} v={event.trainer_version}"
         case DeadLetter():
             return (
                 f"{event.reason} from {event.source_topic}[{event.partition}]@{event.offset}: {event.error}"

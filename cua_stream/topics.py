@@ -16,6 +16,7 @@ from cua_stream.errors import UnknownTopicError
 from cua_stream.events import (
     DeadLetter,
     Event,
+    GroupDropped,
     OutcomeEvent,
     PolicyVersion,
     ScoreEvent,
@@ -72,7 +73,13 @@ POLICY = TopicSpec(
     "policy", (PolicyVersion,), "run_id", "compact", None, False, "latest weight version per run"
 )
 TRAIN_STEPS = TopicSpec(
-    "train_steps", (TrainStep,), "run_id", "delete", 30 * DAY_MS, False, "trainer steps and metrics"
+    "train_steps",
+    (TrainStep, GroupDropped),
+    "run_id",
+    "delete",
+    30 * DAY_MS,
+    False,
+    "trainer steps and metrics, and every group the trainer dropped with its reason",
 )
 DLQ = TopicSpec(
     "dlq", (DeadLetter,), "original", "delete", 30 * DAY_MS, False, "records no consumer could process"

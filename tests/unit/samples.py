@@ -8,6 +8,7 @@ from cua_stream.events import (
     Discard,
     Event,
     ExceptionRecord,
+    GroupDropped,
     ImageRef,
     Logprobs,
     OutcomeEvent,
@@ -104,6 +105,15 @@ SAMPLES: dict[str, Event] = {
         group_ids=("grp-1", "grp-3"),
         metrics={"grad_norm": 3.5},
         finished_at=2.0,
+    ),
+    "group_dropped": GroupDropped(
+        run_id="run-7",
+        group_id="grp-3",
+        reason="discarded",
+        detail="sandbox_lost",
+        episode_ids=("ep-3-0", "ep-3-1"),
+        trainer_version=5,
+        dropped_at=4.0,
     ),
     "dead_letter": DeadLetter(
         run_id="run-7",

@@ -9,7 +9,6 @@ instead of waiting for the dead member's session to time out.
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,6 +21,7 @@ from consumers.scorer.transform import ScorerMetrics, ScoreTransform
 from cua_stream.bus.reader import scan
 from cua_stream.bus.transaction import TransactionalProcessor
 from cua_stream.config import BusConfig, ConfigError, build, bus_config
+from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.topics import OUTCOMES, SCORES
 
@@ -135,19 +135,9 @@ class Scorer:
                 self.metrics_port = await tg.start(
                     serve_metrics, self.render_metrics, self.config.metrics_host, self.config.metrics_port
                 )
-            ready = _Notify(lambda: task_status.started(self.metrics_port))
+            ready = Notify(lambda: task_status.started(self.metrics_port))
             await self.processor.run(stop=stop, stop_after=stop_after, task_status=ready)
             tg.cancel_scope.cancel()  # the metrics server goes with the processor
-
-
-class _Notify(TaskStatus[None]):
-    """A TaskStatus that calls ``fn`` when started (relays readiness with a value attached)."""
-
-    def __init__(self, fn: Callable[[], object]) -> None:
-        self._fn = fn
-
-    def started(self, value: None = None) -> None:
-        self._fn()
 
 
 async def run_scorer(
@@ -166,16 +156,8 @@ async def serve(
     """The process entry: SIGTERM or SIGINT commits the batch in hand, then the scorer exits cleanly
     (a second signal, once the first is handled, kills it the default way)."""
     stop = anyio.Event()
-
-    async def stop_on_signal() -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
-                log.info("scorer: %s, stopping after the batch in hand", signal.Signals(signum).name)
-                stop.set()
-                return
-
     async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signal)
+        tg.start_soon(stop_on_signal, stop, "scorer")
         scorer = Scorer(config)
-        await scorer.run(stop=stop, task_status=_Notify(lambda: on_ready(scorer.metrics_port)))
+        await scorer.run(stop=stop, task_status=Notify(lambda: on_ready(scorer.metrics_port)))
         tg.cancel_scope.cancel()

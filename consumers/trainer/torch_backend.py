@@ -50,7 +50,10 @@ class TorchBackend:
         lr: float = 1e-5,
         max_grad_norm: float = 1.0,
         loss: LossConfig | None = None,
+        weights: str | Path | None = None,
     ) -> None:
+        """``model_path`` holds the processor and the starting weights; ``weights``, if given, weights
+        saved by an earlier ``save`` (a checkpoint) to start from instead."""
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.blobs = blobs
@@ -58,7 +61,7 @@ class TorchBackend:
         self.max_grad_norm = max_grad_norm
         self.loss_config = loss or LossConfig()
         self.processor = AutoProcessor.from_pretrained(model_path)
-        self.model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
+        self.model = AutoModelForImageTextToText.from_pretrained(weights or model_path, dtype=torch.float32)
         self.model.train()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.image_token_id = int(self.model.config.image_token_id)
@@ -112,10 +115,8 @@ class TorchBackend:
         self.model.save_pretrained(out)
         return out
 
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint holds of the backend: the model and the optimizer."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)

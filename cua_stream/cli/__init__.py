@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "tap": "cua_stream.cli.tap:tap",
     "demo": "cua_stream.cli.demo:demo",
     "scorer": "cua_stream.cli.scorer:scorer",
+    "trainer": "cua_stream.cli.trainer:trainer",
     "engine": "cua_stream.cli.engine:engine",
     "gateway": "cua_stream.cli.gateway:gateway",
     "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",

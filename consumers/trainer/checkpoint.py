@@ -1,0 +1,74 @@
+"""The trainer's checkpoint: enough to restart after a kill -9 losing no group and training none twice.
+
+A checkpoint is a directory of files written before the one that commits them: the weights (also what
+the engine loads), the optimizer state, and ``checkpoint.json`` last, by atomic rename. The JSON holds
+the step and policy version, every group decided (trained or dropped), the input offsets to resume
+from, how many groups the feeder issued, and the records the step must publish (``pending``): they are
+published after the checkpoint is durable, and a restart publishes those the log does not hold yet.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import torch
+
+FILE = "checkpoint.json"
+
+
+class Checkpoint(msgspec.Struct, kw_only=True):
+    """``checkpoint.json``: a file format of its own (versioned), not a record on a topic."""
+
+    schema_version: int = 1
+    run_id: str
+    step: int = 0
+    version: int = 0
+    weights: str = ""
+    """Directory (relative to the checkpoint dir) of the weights of ``version``; empty: the start model."""
+    optimizer: str = ""
+    decided: list[str] = []
+    offsets: list[tuple[str, int, int]] = []
+    """(topic, partition, offset) to resume each input partition from."""
+    issued: int = 0
+    """Groups the feeder issued (indices 0..issued-1)."""
+    pending: list[str] = []
+    """Records to publish (JSON of events), checked against the log on restart."""
+
+
+def load(directory: Path) -> Checkpoint | None:
+    path = directory / FILE
+    if not path.exists():
+        return None
+    checkpoint = msgspec.json.decode(path.read_bytes(), type=Checkpoint)
+    if checkpoint.schema_version != 1:
+        raise ValueError(f"{path}: checkpoint schema {checkpoint.schema_version}; this trainer reads 1")
+    return checkpoint
+
+
+def optimizer_state(directory: Path, checkpoint: Checkpoint) -> dict[str, Any] | None:
+    if not checkpoint.optimizer:
+        return None
+    return torch.load(directory / checkpoint.optimizer, weights_only=True)
+
+
+def save(directory: Path, checkpoint: Checkpoint, optimizer: dict[str, Any]) -> None:
+    """Write the optimizer state, then commit ``checkpoint`` (its weights directory is already written);
+    files of older versions go once the new checkpoint is durable."""
+    directory.mkdir(parents=True, exist_ok=True)
+    checkpoint.optimizer = f"optimizer-v{checkpoint.version}.pt"
+    torch.save(optimizer, directory / (checkpoint.optimizer + ".tmp"))
+    os.replace(directory / (checkpoint.optimizer + ".tmp"), directory / checkpoint.optimizer)
+    tmp = directory / (FILE + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(msgspec.json.encode(checkpoint))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / FILE)
+    keep = {checkpoint.weights, checkpoint.optimizer, FILE}
+    for path in directory.iterdir():
+        if path.name not in keep and path.name.startswith(("weights-v", "optimizer-v")):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()

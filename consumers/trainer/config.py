@@ -1,0 +1,120 @@
+"""Configuration of the trainer daemon (section ``trainer``; env ``CUA_TRAINER_<FIELD>``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from consumers.trainer.grpo import GroupPolicy
+from consumers.trainer.loss import LossConfig
+from cua_stream.config import BusConfig, ConfigError, build, bus_config, state_dir
+
+
+class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The trainer: what it trains, on which groups, and where it publishes weights."""
+
+    run_id: str
+    """The run this trainer owns: it issues the run's work and trains only the run's episodes."""
+    model_path: str
+    """The starting weights and the processor (e.g. from ``cua-stream make-tiny-model``)."""
+    tasks: list[str] = []
+    """Task names the feeder cycles through, one GRPO group per work item; empty: no feeder (work is
+    issued by someone else)."""
+    group_size: int = 4
+    """Episodes per group (the n of GRPO)."""
+    groups_per_step: int = 2
+    """Groups per optimizer step; a step holds ``groups_per_step * group_size`` episodes at most."""
+    max_staleness: int = 1
+    """Policy versions a group's oldest token may lag the trainer's; the feeder keeps at most
+    ``(max_staleness + 1) * groups_per_step`` groups in flight."""
+    on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
+    min_survivors: int = 2
+    filter_zero_variance: bool = False
+    std_normalize: bool = True
+    group_timeout_s: float = 900.0
+    """A group not complete this long after it was issued (or first seen) is dropped as ``timeout``."""
+    max_seq_len: int = 32768
+    temperature: float = 1.0
+    """The training temperature (the sessions sample with it; logprobs are taken at it)."""
+    max_new_tokens: int = 512
+    """Completion cap the feeder puts in each work request's sampling."""
+    lr: float = 1e-5
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    tis_clip: float | None = None
+    max_grad_norm: float = 1.0
+    max_steps: int = 0
+    """Stop after this many optimizer steps (0: run until stopped)."""
+    checkpoint_dir: str = ""
+    """Checkpoints and published weights; empty: ``<state dir>/trainer/<run_id>``."""
+    blob_dir: str = ""
+    """The blob store the gateway writes screenshots to; empty: ``<state dir>/blobs``."""
+    engine_url: str = ""
+    """Where new weights are loaded (``/update_weights_from_disk``); empty: not pushed."""
+    gateway_url: str = ""
+    """The session gateway to drain around a weight update; empty: no drain."""
+    drain_timeout_s: float = 60.0
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    bus: BusConfig = BusConfig()
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            raise ConfigError("trainer.run_id: required")
+        if not self.model_path:
+            raise ConfigError("trainer.model_path: required")
+        for name in ("group_size", "groups_per_step", "min_survivors", "max_seq_len", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"trainer.{name}: must be >= 1")
+        for name in ("max_staleness", "max_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"trainer.{name}: must be >= 0")
+        if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:
+            raise ConfigError("trainer.lr, trainer.temperature and trainer.group_timeout_s: must be > 0")
+
+    @property
+    def policy(self) -> GroupPolicy:
+        return GroupPolicy(
+            group_size=self.group_size,
+            on_discard=self.on_discard,
+            min_survivors=self.min_survivors,
+            filter_zero_variance=self.filter_zero_variance,
+            max_staleness=self.max_staleness,
+            std_normalize=self.std_normalize,
+        )
+
+    @property
+    def loss(self) -> LossConfig:
+        return LossConfig(clip_low=self.clip_low, clip_high=self.clip_high, tis_clip=self.tis_clip)
+
+    @property
+    def episodes_per_step(self) -> int:
+        return self.groups_per_step * self.group_size
+
+    @property
+    def max_in_flight(self) -> int:
+        """Groups issued and not yet decided, at most."""
+        return (self.max_staleness + 1) * self.groups_per_step
+
+    @property
+    def checkpoints(self) -> Path:
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else state_dir() / "trainer" / self.run_id
+
+    @property
+    def blobs(self) -> Path:
+        return Path(self.blob_dir) if self.blob_dir else state_dir() / "blobs"
+
+
+def trainer_config(
+    file_data: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    bus_overrides: Mapping[str, Any] | None = None,
+) -> TrainerConfig:
+    """The ``[trainer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
+    if file_data and "bus" in (file_data.get("trainer") or {}):
+        raise ConfigError("trainer.bus: put bus settings in the [bus] section")
+    trainer = build(TrainerConfig, "trainer", file_data=file_data, overrides=overrides)
+    return msgspec.structs.replace(trainer, bus=bus_config(bus_overrides, file_data))

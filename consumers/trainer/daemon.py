@@ -1,0 +1,453 @@
+"""The trainer daemon: issue the run's work, join its episodes from the stream, train GRPO steps, publish
+the weights, and checkpoint so that a kill -9 at any moment loses no group and trains none twice.
+
+The loop, one poll at a time:
+
+1. Feed: publish the work of the next groups while fewer than ``max_in_flight`` are undecided.
+2. Join: read turns, summaries and scores (every partition, from the checkpoint's offsets) into the
+   open groups (``join``); a group whose last score arrived gets its barrier.
+3. Decide each ready group (``samples`` + ``grpo``): queue it for training, or drop it with a reason;
+   drop the groups past their deadline.
+4. Step, when the queue holds ``episodes_per_step`` episodes (whole groups): one optimizer step, then the
+   step's commit protocol:
+   a. save the new weights (the engine's next version);
+   b. write the checkpoint: weights, optimizer, decided groups, resume offsets, feeder position, and the
+      records the step publishes (``pending``);
+   c. load the weights on the engine (gateway drained meanwhile);
+   d. publish ``TrainStep``, ``PolicyVersion`` and the ``GroupDropped`` records decided since the last
+      checkpoint.
+
+A restart loads the checkpoint, re-loads its weights on the engine if the engine serves another version,
+publishes the pending records the log does not hold yet, and replays the inputs from the resume
+offsets: groups decided before the checkpoint are skipped, open ones are rebuilt exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import httpx
+from aiokafka import TopicPartition
+from anyio.abc import TaskStatus
+
+from consumers.trainer import checkpoint as ckpt
+from consumers.trainer.config import TrainerConfig
+from consumers.trainer.feeder import group_id_of, index_of, work_for_group
+from consumers.trainer.grpo import (
+    DropReason,
+    EpisodeResult,
+    GroupDecision,
+    ReadyGroup,
+    decide,
+    drop,
+    next_batch,
+)
+from consumers.trainer.join import GroupState, Join
+from consumers.trainer.metrics import TrainerMetrics
+from consumers.trainer.samples import CallTreeError, Sample, assemble
+from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
+from consumers.trainer.weights import engine_version, push_weights
+from cua_stream.blobs import LocalBlobStore
+from cua_stream.bus.consumer import (
+    decode_message,
+    make_kafka_consumer,
+    partitions_of,
+    require_topics,
+    start_consumer,
+    stop_consumer,
+)
+from cua_stream.bus.producer import EventProducer
+from cua_stream.bus.reader import scan
+from cua_stream.errors import ConfigError, RecordError
+from cua_stream.events import Event, GroupDropped, PolicyVersion, TrainStep, from_json, to_json
+from cua_stream.lifecycle import Notify, stop_on_signal
+from cua_stream.metrics import serve_metrics
+from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
+
+log = logging.getLogger(__name__)
+INPUTS: tuple[TopicSpec, ...] = (TURNS, SUMMARIES, SCORES)
+
+
+@dataclass
+class Queued:
+    """A group decided to train, waiting for its step."""
+
+    group: GroupState
+    decision: GroupDecision
+    samples: dict[str, tuple[Sample, ...]]
+
+
+@dataclass
+class TrainerState:
+    version: int = 0
+    step: int = 0
+    issued: int = 0
+    queue: list[Queued] = field(default_factory=list)
+    drops: list[GroupDropped] = field(default_factory=list)
+    """Drops decided since the last checkpoint (published with it)."""
+
+
+class Trainer:
+    def __init__(self, config: TrainerConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.topics = config.bus.topics()
+        self.dir = config.checkpoints
+        self.metrics = TrainerMetrics()
+        self.state = TrainerState()
+        self.metrics_port: int | None = None
+
+    # -- start ----------------------------------------------------------------------------------------
+
+    def _load(self) -> tuple[ckpt.Checkpoint, TorchBackend]:
+        saved = ckpt.load(self.dir) or ckpt.Checkpoint(run_id=self.config.run_id)
+        if saved.run_id != self.config.run_id:
+            raise ConfigError(
+                f"trainer.checkpoint_dir {self.dir} holds run {saved.run_id!r}, not {self.config.run_id!r}"
+            )
+        backend = TorchBackend(
+            self.config.model_path,
+            LocalBlobStore(self.config.blobs),
+            temperature=self.config.temperature,
+            lr=self.config.lr,
+            max_grad_norm=self.config.max_grad_norm,
+            loss=self.config.loss,
+            weights=self.dir / saved.weights if saved.weights else None,
+        )
+        if (state := ckpt.optimizer_state(self.dir, saved)) is not None:
+            backend.load_optimizer_state(state)
+        return saved, backend
+
+    async def _reconcile(self, producer: EventProducer, pending: list[str]) -> None:
+        """Publish the checkpoint's pending records that the log does not hold yet."""
+        if not pending:
+            return
+        present: set[tuple[str, object]] = set()
+        for spec in (TRAIN_STEPS, POLICY):
+            async for d in scan(self.config.bus, spec):
+                present.add(_identity(d.event))
+        for raw in pending:
+            event = from_json(raw)
+            if _identity(event) not in present:
+                await producer.publish(TRAIN_STEPS if not isinstance(event, PolicyVersion) else POLICY, event)
+
+    async def _issued_in_log(self) -> int:
+        """One past the highest group index of this run on the work topic."""
+        highest = -1
+        async for d in scan(self.config.bus, WORK):
+            if d.event.run_id == self.config.run_id:
+                highest = max(highest, index_of(self.config.run_id, d.event.group_id) or 0)
+        return highest + 1
+
+    # -- run ------------------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        *,
+        stop: anyio.Event | None = None,
+        task_status: TaskStatus[int | None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Train until ``stop`` is set or ``max_steps`` steps are done; ready once it is reading."""
+        stop = stop or anyio.Event()
+        saved, backend = await anyio.to_thread.run_sync(self._load)
+        self.backend = backend
+        st = self.state
+        st.version, st.step = saved.version, saved.step
+        async with anyio.create_task_group() as tg:
+            if self.config.metrics_port is not None:
+                self.metrics_port = await tg.start(
+                    serve_metrics, self.metrics.render, self.config.metrics_host, self.config.metrics_port
+                )
+            async with EventProducer(self.config.bus) as producer, httpx.AsyncClient(timeout=60) as http:
+                served = (
+                    await engine_version(http, self.config.engine_url) if self.config.engine_url else None
+                )
+                if saved.weights and self.config.engine_url and served != str(saved.version):
+                    await self._push(http, self.dir / saved.weights, saved.version)
+                await self._reconcile(producer, saved.pending)
+                st.issued = max(saved.issued, await self._issued_in_log())
+                await self._loop(producer, http, saved, stop, task_status)
+            tg.cancel_scope.cancel()
+
+    async def _loop(
+        self,
+        producer: EventProducer,
+        http: httpx.AsyncClient,
+        saved: ckpt.Checkpoint,
+        stop: anyio.Event,
+        task_status: TaskStatus[int | None],
+    ) -> None:
+        cfg, st = self.config, self.state
+        names = [self.topics.name_of(s) for s in INPUTS]
+        join = Join(cfg.run_id, cfg.group_size, names[:2], decided=saved.decided)
+        for k in range(st.issued):
+            if group_id_of(cfg.run_id, k) not in join.decided:
+                join.expect(group_id_of(cfg.run_id, k), self.clock())
+        consumer = make_kafka_consumer(cfg.bus, group_id=None)
+        await start_consumer(consumer, cfg.bus)
+        try:
+            await require_topics(consumer, self.topics, (*INPUTS, WORK, TRAIN_STEPS, POLICY))
+            tps = [TopicPartition(n, p) for n in names for p in await partitions_of(consumer, n)]
+            consumer.assign(tps)
+            resume = {(t, p): o for t, p, o in saved.offsets}
+            for tp in tps:
+                if (tp.topic, tp.partition) in resume:
+                    consumer.seek(tp, resume[(tp.topic, tp.partition)])
+                else:
+                    await consumer.seek_to_beginning(tp)
+            by_name = dict(zip(names, INPUTS, strict=True))
+            task_status.started(self.metrics_port)
+            while not stop.is_set() and not (cfg.max_steps and st.step >= cfg.max_steps):
+                await self._feed(producer, join)
+                polled = await consumer.getmany(timeout_ms=200)
+                for msgs in polled.values():
+                    for msg in msgs:
+                        try:
+                            delivery = decode_message(by_name, msg)
+                        except RecordError as e:  # the gateway and scorer validate; count, never stall
+                            self.metrics.undecodable.inc()
+                            log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
+                            continue
+                        complete = join.add(delivery, self.clock())
+                        if complete is not None:
+                            ends = await consumer.end_offsets(
+                                [TopicPartition(t, p) for t, p in join.call_partitions(complete)]
+                            )
+                            complete.barrier = {(tp.topic, tp.partition): end for tp, end in ends.items()}
+                positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
+                self._decide(join, positions)
+                while take := next_batch(
+                    [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in st.queue],
+                    cfg.episodes_per_step,
+                ):
+                    batch, st.queue = st.queue[:take], st.queue[take:]
+                    await self._step(batch, join, positions, producer, http)
+                    if cfg.max_steps and st.step >= cfg.max_steps:
+                        break
+            positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
+            if st.drops:  # drops decided since the last step: commit and publish them too
+                await self._commit([], join, positions, producer, http, weights_changed=False)
+        finally:
+            await stop_consumer(consumer)
+
+    # -- decisions --------------------------------------------------------------------------------------
+
+    async def _feed(self, producer: EventProducer, join: Join) -> None:
+        cfg, st = self.config, self.state
+        if not cfg.tasks or (cfg.max_steps and st.step >= cfg.max_steps):
+            return
+        undecided = sum(1 for k in range(st.issued) if group_id_of(cfg.run_id, k) not in join.decided)
+        sampling = {"temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens}
+        while undecided < cfg.max_in_flight:
+            for work in work_for_group(
+                cfg.run_id,
+                st.issued,
+                tasks=cfg.tasks,
+                group_size=cfg.group_size,
+                policy_version=st.version,
+                sampling=sampling,
+                now=self.clock(),
+            ):
+                await producer.publish(WORK, work)
+            join.expect(group_id_of(cfg.run_id, st.issued), self.clock())
+            st.issued += 1
+            undecided += 1
+            self.metrics.groups_issued.inc()
+
+    def _decide(self, join: Join, positions: dict[tuple[str, int], int]) -> None:
+        cfg, st = self.config, self.state
+        queued = {q.group.group_id for q in st.queue}
+        for group in join.ready(positions):
+            if group.group_id in queued:
+                continue
+            decision, samples = self._evaluate(group)
+            if decision.train:
+                st.queue.append(Queued(group, decision, samples))
+            else:
+                self._drop(join, group, decision)
+        for group in join.timed_out(self.clock(), cfg.group_timeout_s):
+            self._drop(join, group, decide([], cfg.policy, trainer_version=st.version, timed_out=True))  # type: ignore[arg-type]
+
+    def _evaluate(self, group: GroupState) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]]]:
+        results: list[EpisodeResult] = []
+        samples: dict[str, tuple[Sample, ...]] = {}
+        for episode_id, episode in group.episodes.items():
+            if episode.score is None:
+                continue
+            try:
+                built = assemble(episode.calls, max_seq_len=self.config.max_seq_len)
+            except CallTreeError as e:
+                log.warning("episode %s: %s; it trains nothing", episode_id, e)
+                built = None
+            samples[episode_id] = built.samples if built else ()
+            oldest = min((s.oldest_version for s in samples[episode_id]), default=self.state.version)
+            results.append(EpisodeResult(episode_id, episode.score.verdict, oldest))
+        decision = decide(results, self.config.policy, trainer_version=self.state.version)
+        assert decision is not None  # the group is complete
+        if decision.train and not any(samples[e] for e in decision.advantages):
+            decision = drop(DropReason.NO_SAMPLES)
+        return decision, samples
+
+    def _drop(self, join: Join, group: GroupState, decision: GroupDecision | None) -> None:
+        assert decision is not None and decision.reason is not None
+        join.close(group.group_id)
+        self.metrics.drops.inc(reason=decision.reason.value)
+        self.state.drops.append(
+            GroupDropped(
+                run_id=self.config.run_id,
+                group_id=group.group_id,
+                reason=decision.reason.value,
+                detail=decision.detail,
+                episode_ids=tuple(sorted(group.episodes)),
+                trainer_version=self.state.version,
+                dropped_at=self.clock(),
+            )
+        )
+
+    # -- a step and its commit ------------------------------------------------------------------------
+
+    async def _step(
+        self,
+        batch: list[Queued],
+        join: Join,
+        positions: dict[tuple[str, int], int],
+        producer: EventProducer,
+        http: httpx.AsyncClient,
+    ) -> None:
+        st = self.state
+        items: list[TrainItem] = []
+        episode = 0
+        for queued in batch:
+            for episode_id, advantage in queued.decision.advantages.items():
+                for sample in queued.samples[episode_id]:
+                    items.append(TrainItem(sample, advantage, episode))
+                    self.metrics.staleness.inc(lag=str(st.version - sample.oldest_version))
+                episode += 1
+        stats = await anyio.to_thread.run_sync(self.backend.step, items)
+        for queued in batch:
+            join.close(queued.group.group_id)
+        st.version += 1
+        st.step += 1
+        await self._commit(batch, join, positions, producer, http, weights_changed=True, stats=stats)
+
+    async def _commit(
+        self,
+        batch: list[Queued],
+        join: Join,
+        positions: dict[tuple[str, int], int],
+        producer: EventProducer,
+        http: httpx.AsyncClient,
+        *,
+        weights_changed: bool,
+        stats: StepStats | None = None,
+    ) -> None:
+        cfg, st = self.config, self.state
+        saved = ckpt.load(self.dir)
+        weights = saved.weights if saved else ""
+        if weights_changed:
+            weights = f"weights-v{st.version}"
+            await anyio.to_thread.run_sync(self.backend.save, self.dir / weights)  # a.
+        outputs: list[Event] = []
+        if stats is not None:
+            outputs.append(self._train_step(batch, stats))
+            outputs.append(
+                PolicyVersion(
+                    run_id=cfg.run_id,
+                    version=st.version,
+                    weights_path=str(self.dir / weights),
+                    step=st.step,
+                    published_at=self.clock(),
+                )
+            )
+        outputs += st.drops
+        checkpoint = ckpt.Checkpoint(
+            run_id=cfg.run_id,
+            step=st.step,
+            version=st.version,
+            weights=weights,
+            decided=sorted(join.decided),
+            offsets=[(t, p, o) for (t, p), o in sorted(join.resume_offsets(positions).items())],
+            issued=st.issued,
+            pending=[to_json(e).decode() for e in outputs],
+        )
+        await anyio.to_thread.run_sync(ckpt.save, self.dir, checkpoint, self.backend.optimizer_state())  # b.
+        if weights_changed and cfg.engine_url:
+            await self._push(http, self.dir / weights, st.version)  # c.
+        for event in outputs:  # d.
+            await producer.publish(POLICY if isinstance(event, PolicyVersion) else TRAIN_STEPS, event)
+        st.drops = []
+
+    def _train_step(self, batch: list[Queued], stats: StepStats) -> TrainStep:
+        m = self.metrics
+        m.steps.inc()
+        m.groups_trained.inc(len(batch))
+        m.logprob_gap.set(stats.loss.logprob_gap)
+        m.grad_norm.set(stats.grad_norm)
+        m.version.set(self.state.version)
+        return TrainStep(
+            run_id=self.config.run_id,
+            step=self.state.step,
+            policy_version=self.state.version,
+            n_groups=len(batch),
+            n_episodes=stats.episodes,
+            n_samples=stats.samples,
+            loss=stats.loss.loss,
+            group_ids=tuple(q.group.group_id for q in batch),
+            metrics={
+                "grad_norm": stats.grad_norm,
+                "logprob_gap": stats.loss.logprob_gap,
+                "clip_fraction": stats.loss.clip_fraction,
+                "trained_tokens": float(stats.loss.tokens),
+                "mean_reward": _mean_reward(batch),
+            },
+            finished_at=self.clock(),
+        )
+
+    async def _push(self, http: httpx.AsyncClient, weights: Path, version: int) -> None:
+        await push_weights(
+            http,
+            engine_url=self.config.engine_url,
+            gateway_url=self.config.gateway_url,
+            weights=weights,
+            version=version,
+            drain_timeout_s=self.config.drain_timeout_s,
+        )
+
+
+def _mean_reward(batch: list[Queued]) -> float:
+    rewards = [
+        ep.score.verdict.value  # type: ignore[union-attr]
+        for q in batch
+        for eid, ep in q.group.episodes.items()
+        if eid in q.decision.advantages and ep.score is not None
+    ]
+    return sum(rewards) / len(rewards) if rewards else 0.0
+
+
+def _identity(event: object) -> tuple[str, object]:
+    """What makes a published trainer record the same record (for the restart's reconciliation)."""
+    if isinstance(event, TrainStep):
+        return ("step", (event.run_id, event.step))
+    if isinstance(event, PolicyVersion):
+        return ("version", (event.run_id, event.version))
+    if isinstance(event, GroupDropped):
+        return ("drop", (event.run_id, event.group_id))
+    return ("other", id(event))
+
+
+async def serve(
+    config: TrainerConfig, *, on_ready: Callable[[int | None], object] = lambda port: None
+) -> None:
+    """The process entry: SIGTERM or SIGINT stops after the step in hand, with a final checkpoint."""
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signal, stop, "trainer")
+        trainer = Trainer(config)
+        await trainer.run(stop=stop, task_status=Notify(lambda: on_ready(trainer.metrics_port)))
+        tg.cancel_scope.cancel()

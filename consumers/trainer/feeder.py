@@ -1,0 +1,53 @@
+"""The work the trainer issues: one GRPO group per index, its episodes named from it. Pure.
+
+Names are derived, never random: group ``k`` of run ``r`` is ``r-g00000k`` and its episodes
+``r-g00000k-e<i>``, so a restarted trainer finds how far it got by reading its own work topic, and
+the scorer's and trainer's dedup by episode id holds across restarts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cua_stream.events import TaskRef, WorkRequest
+
+
+def group_id_of(run_id: str, index: int) -> str:
+    return f"{run_id}-g{index:06d}"
+
+
+def index_of(run_id: str, group_id: str) -> int | None:
+    """The feeder index of ``group_id`` if this run's feeder issued it."""
+    prefix = f"{run_id}-g"
+    tail = group_id.removeprefix(prefix)
+    return int(tail) if group_id.startswith(prefix) and tail.isdigit() else None
+
+
+def work_for_group(
+    run_id: str,
+    index: int,
+    *,
+    tasks: Sequence[str],
+    group_size: int,
+    policy_version: int,
+    sampling: dict[str, Any],
+    now: float,
+) -> list[WorkRequest]:
+    """The work requests of group ``index``: ``group_size`` episodes of task ``tasks[index % len]``."""
+    group_id = group_id_of(run_id, index)
+    task = TaskRef(name=tasks[index % len(tasks)])
+    return [
+        WorkRequest(
+            run_id=run_id,
+            group_id=group_id,
+            episode_id=f"{group_id}-e{i}",
+            task=task,
+            sample_index=i,
+            group_size=group_size,
+            policy_version=policy_version,
+            created_at=now,
+            sampling=sampling,
+        )
+        for i in range(group_size)
+    ]

@@ -1,0 +1,70 @@
+"""`cua-stream trainer`: GRPO groups from the stream, off-policy bound, lossless resume (torch backend)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Annotated
+
+import typer
+
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
+
+
+@friendly_errors
+def trainer(
+    run_id: Annotated[str | None, typer.Option(help="The run this trainer owns (required).")] = None,
+    model_path: Annotated[str | None, typer.Option(help="Starting weights and processor directory.")] = None,
+    tasks: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated task names the feeder cycles through (none: no feeder)."),
+    ] = None,
+    group_size: Annotated[int | None, typer.Option(help="Episodes per GRPO group (default 4).")] = None,
+    groups_per_step: Annotated[
+        int | None, typer.Option(help="Groups per optimizer step (default 2).")
+    ] = None,
+    max_staleness: Annotated[int | None, typer.Option(help="Versions a group may lag (default 1).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (0: never).")] = None,
+    checkpoint_dir: Annotated[str | None, typer.Option(help="Checkpoints and weights directory.")] = None,
+    blob_dir: Annotated[str | None, typer.Option(help="The gateway's screenshot blob store.")] = None,
+    engine_url: Annotated[str | None, typer.Option(help="Engine to load new weights on.")] = None,
+    gateway_url: Annotated[str | None, typer.Option(help="Gateway to drain around weight updates.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus text on this port.")] = None,
+    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """Issue the run's work, join its turns, summaries and scores into GRPO groups, train, publish the
+    weights to the engine and a PolicyVersion; checkpoint so a kill -9 loses and repeats nothing.
+    SIGTERM stops after the step in hand."""
+    import anyio
+
+    from consumers.trainer.config import trainer_config
+    from consumers.trainer.daemon import serve
+
+    set_log_level(log_level)
+    cfg = trainer_config(
+        load_file(config),
+        overrides={
+            "run_id": run_id,
+            "model_path": model_path,
+            "tasks": [t for t in tasks.split(",") if t] if tasks is not None else None,
+            "group_size": group_size,
+            "groups_per_step": groups_per_step,
+            "max_staleness": max_staleness,
+            "max_steps": max_steps,
+            "checkpoint_dir": checkpoint_dir,
+            "blob_dir": blob_dir,
+            "engine_url": engine_url,
+            "gateway_url": gateway_url,
+            "metrics_port": metrics_port,
+        },
+        bus_overrides={"bootstrap_servers": bootstrap, "topic_prefix": prefix},
+    )
+
+    def ready(port: int | None) -> None:
+        where = f", metrics on :{port}/metrics" if port is not None else ""
+        print(f"trainer ready: run {cfg.run_id} at {cfg.checkpoints}{where}", file=sys.stderr, flush=True)
+
+    anyio.run(functools.partial(serve, cfg, on_ready=ready))

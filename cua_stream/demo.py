@@ -19,14 +19,15 @@ import io
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import anyio
 import httpx
+from anyio.abc import TaskStatus
 
 from cua_stream.config import BusConfig, cache_dir
-from cua_stream.events import CALL_KIND_FIELD, CallKind, OutcomeEvent, Phase
+from cua_stream.events import CALL_KIND_FIELD, CallKind, OutcomeEvent, Phase, WorkRequest
 
 MODEL_DIR_NAME = "tiny-qwen3-vl-v1"
 SERVED_NAME = "tiny-qwen3-vl"
@@ -88,6 +89,8 @@ class Episode:
     seed: int = 0
     """Seeds the episode's screenshots and each reply's sampling: a demo run replays exactly (the
     episode that loses its sandbox always gets that far)."""
+    policy_version: int = 0
+    """The policy version the episode's work was issued under."""
 
 
 async def run_episode(gateway_url: str, ep: Episode, plan: DemoPlan) -> OutcomeEvent:
@@ -152,7 +155,7 @@ async def run_episode(gateway_url: str, ep: Episode, plan: DemoPlan) -> OutcomeE
         group_id=ep.group_id,
         episode_id=ep.episode_id,
         task=ep.task,
-        policy_version=0,
+        policy_version=ep.policy_version,
         agent_started=True,
         exception=exception,
         rewards=None if exception else {"reward": stops / max(turns, 1)},
@@ -212,3 +215,51 @@ async def drive(
             outcomes.extend(results)
             say(f"group {g + 1}/{plan.groups} done: {len(results)} episodes")
     return outcomes
+
+
+async def drive_work(
+    bus: BusConfig,
+    gateway_url: str,
+    plan: DemoPlan,
+    *,
+    concurrency: int = 4,
+    group: str = "demo-driver",
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The demo's stand-in for the rollout producer until it lands: consume work requests (a consumer
+    group), play each episode through the gateway like ``run_episode``, publish its outcome, and commit
+    the work request after that. Runs until cancelled."""
+    import zlib
+
+    from cua_stream.bus.consumer import EventConsumer
+    from cua_stream.bus.producer import EventProducer
+    from cua_stream.topics import OUTCOMES, WORK
+
+    limiter = anyio.CapacityLimiter(concurrency)
+    async with EventProducer(bus) as producer:
+        consumer = EventConsumer(bus, [WORK], group_id=f"{bus.topic_prefix}.{group}", dead_letters=producer)
+        async with consumer:
+            task_status.started()
+
+            async def one(work: WorkRequest) -> None:
+                async with limiter:
+                    episode = Episode(
+                        work.run_id,
+                        work.group_id,
+                        work.episode_id,
+                        work.task.name,
+                        seed=zlib.crc32(work.episode_id.encode()),
+                        policy_version=work.policy_version,
+                    )
+                    cap = int(work.sampling.get("max_new_tokens", plan.max_new_tokens))
+                    outcome = await run_episode(gateway_url, episode, replace(plan, max_new_tokens=cap))
+                    await producer.publish(OUTCOMES, outcome)
+
+            async for batch in consumer.batches():
+                async with anyio.create_task_group() as tg:
+                    for delivery in batch:
+                        assert isinstance(delivery.event, WorkRequest)
+                        tg.start_soon(one, delivery.event)
+                for delivery in batch:
+                    consumer.processed(delivery)
+                await consumer.commit()

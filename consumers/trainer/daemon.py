@@ -33,7 +33,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import httpx
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
@@ -206,6 +206,7 @@ class Trainer:
             while not stop.is_set() and not (cfg.max_steps and st.step >= cfg.max_steps):
                 await self._feed(producer, join)
                 polled = await consumer.getmany(timeout_ms=200)
+                completed: list[GroupState] = []
                 for msgs in polled.values():
                     for msg in msgs:
                         try:
@@ -214,12 +215,9 @@ class Trainer:
                             self.metrics.undecodable.inc()
                             log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
                             continue
-                        complete = join.add(delivery, self.clock())
-                        if complete is not None:
-                            ends = await consumer.end_offsets(
-                                [TopicPartition(t, p) for t, p in join.call_partitions(complete)]
-                            )
-                            complete.barrier = {(tp.topic, tp.partition): end for tp, end in ends.items()}
+                        if (complete := join.add(delivery, self.clock())) is not None:
+                            completed.append(complete)
+                await set_barriers(consumer, join, completed)
                 positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
                 self._decide(join, positions)
                 while take := next_batch(
@@ -418,6 +416,17 @@ class Trainer:
             version=version,
             drain_timeout_s=self.config.drain_timeout_s,
         )
+
+
+async def set_barriers(consumer: AIOKafkaConsumer, join: Join, groups: list[GroupState]) -> None:
+    """Give each group that just got its last score its barrier: the current end offsets of its call
+    partitions, read in one request for all of them (a request per group would cost a round trip each)."""
+    if not groups:
+        return
+    wanted = {TopicPartition(t, p) for g in groups for t, p in join.call_partitions(g)}
+    ends = {(tp.topic, tp.partition): end for tp, end in (await consumer.end_offsets(list(wanted))).items()}
+    for group in groups:
+        group.barrier = {tp: ends[tp] for tp in join.call_partitions(group)}
 
 
 def _mean_reward(batch: list[Queued]) -> float:

@@ -59,6 +59,8 @@ class Join:
         self.decided: set[str] = set(decided)
         """Groups trained or dropped (from the checkpoint and since): their records are skipped."""
         self.groups: dict[str, GroupState] = {}
+        self._complete: dict[str, GroupState] = {}
+        """Groups with every score in (and so a barrier): only these can be ready."""
 
     def add(self, delivery: Delivery, now: float) -> GroupState | None:
         """Take one record; returns its group when that group just got its last score (it then needs a
@@ -77,6 +79,7 @@ class Join:
                 return None  # the scorer scores an episode once; a replayed duplicate changes nothing
             episode.score = event
             if group.scored == self.group_size and group.barrier is None:
+                self._complete[group.group_id] = group
                 return group
             return None
         if all(c.call_id != event.call_id for c in episode.calls):  # at-least-once delivery: dedup
@@ -99,7 +102,7 @@ class Join:
         """Groups whose barrier the consumer has reached, oldest first."""
         out = [
             g
-            for g in self.groups.values()
+            for g in self._complete.values()
             if g.barrier is not None and all(positions.get(tp, 0) >= end for tp, end in g.barrier.items())
         ]
         return sorted(out, key=lambda g: g.opened_at)
@@ -111,6 +114,7 @@ class Join:
     def close(self, group_id: str) -> None:
         """The group is decided (trained or dropped): forget it, and skip its records from now on."""
         self.groups.pop(group_id, None)
+        self._complete.pop(group_id, None)
         self.decided.add(group_id)
 
     def resume_offsets(self, positions: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:

@@ -1,0 +1,198 @@
+"""Trainer join throughput and memory: turn and score events read from the real broker, joined into GRPO
+groups and assembled into samples, as the trainer does (its ``Join`` and ``assemble``; no model), against
+a plain consume + decode of the same records, side by side in one run.
+
+    .venv/bin/python bench/trainer_join.py [--groups 2000] [--group-size 4] [--turns 5] [--bootstrap host:port]
+
+Each episode is ``--turns`` computer-1-like calls (a 300-token prompt delta with one screenshot reference,
+a 100-token completion with logprobs), then its score. The join's resident memory is sampled as groups are
+seen: it must stay flat (a decided group is forgotten; screenshots travel by reference).
+Goal: >= 5,000 turn events/s joined, memory flat.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from aiokafka import TopicPartition
+
+from consumers.trainer.daemon import set_barriers
+from consumers.trainer.join import Join
+from consumers.trainer.samples import assemble
+from cua_stream.bus.admin import TopicAdmin
+from cua_stream.bus.consumer import (
+    decode_message,
+    make_kafka_consumer,
+    partitions_of,
+    start_consumer,
+    stop_consumer,
+)
+from cua_stream.bus.producer import EventProducer
+from cua_stream.config import BusConfig
+from cua_stream.events import CallKind, ImageRef, Logprobs, Reward, ScoreEvent, TokenIds, TurnEvent
+from cua_stream.topics import SCORES, TURNS
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+async def publish(bus: BusConfig, groups: int, group_size: int, turns: int) -> int:
+    rng = random.Random(1)
+    n = 0
+    # Token values do not matter to the join: one set of arrays, shared (building them dominated the run).
+    prompt = TokenIds(rng.randrange(151_000) for _ in range(300))
+    completion = TokenIds(rng.randrange(151_000) for _ in range(100))
+    logprobs = Logprobs(-rng.random() for _ in range(100))
+    async with EventProducer(bus) as producer:
+        for g in range(groups):
+            for e in range(group_size):
+                ids = {"run_id": "bench", "group_id": f"g{g}", "episode_id": f"g{g}-e{e}"}
+                for seq in range(turns):
+                    await producer.send(
+                        TURNS,
+                        TurnEvent(
+                            **ids,
+                            seq=seq,
+                            call_id=f"g{g}-e{e}-c{seq}",
+                            parent_call_id=None if seq == 0 else f"g{g}-e{e}-c{seq - 1}",
+                            kind=CallKind.AGENT_TURN,
+                            prompt_ids=prompt,
+                            completion_ids=completion,
+                            completion_logprobs=logprobs,
+                            images=(
+                                ImageRef(
+                                    sha256=f"{rng.getrandbits(256):064x}", size=60_000, width=1280, height=720
+                                ),
+                            ),
+                            policy_version=0,
+                            finish_reason="stop",
+                            started_at=0.0,
+                        ),
+                    )
+                    n += 1
+                score = ScoreEvent(**ids, verdict=Reward(value=float(e % 2)), policy_version=0, scored_at=0.0)
+                await producer.send(SCORES, score)
+        await producer.flush()
+    return n
+
+
+async def consume(
+    bus: BusConfig,
+    expected: int,
+    *,
+    join_groups: Join | None,
+    samples: list[int],
+    memory: list[tuple[int, float]],
+) -> float:
+    """Seconds to read every record (and join them, if ``join_groups``)."""
+    names = {bus.topics().name_of(s): s for s in (TURNS, SCORES)}
+    consumer = make_kafka_consumer(
+        bus, group_id=None, max_poll_records=2000, fetch_max_bytes=64 * 1024 * 1024
+    )
+    await start_consumer(consumer, bus)
+    tps = [TopicPartition(n, p) for n in names for p in await partitions_of(consumer, n)]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    seen = decided = 0
+    started = time.perf_counter()
+    try:
+        while seen < expected:
+            polled = await consumer.getmany(timeout_ms=500)
+            completed = []
+            for msgs in polled.values():
+                for msg in msgs:
+                    delivery = decode_message(names, msg)
+                    seen += 1
+                    if join_groups is None:
+                        continue
+                    if (complete := join_groups.add(delivery, 0.0)) is not None:
+                        completed.append(complete)
+            if join_groups is None:
+                continue
+            await set_barriers(consumer, join_groups, completed)  # the daemon's own barrier step
+            positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
+            for group in join_groups.ready(positions):
+                for episode in group.episodes.values():
+                    samples[0] += len(assemble(episode.calls).samples)
+                join_groups.close(group.group_id)
+                decided += 1
+                if decided % 250 == 0:
+                    memory.append((decided, rss_mb()))
+    finally:
+        await stop_consumer(consumer)
+    return time.perf_counter() - started
+
+
+async def fresh(bootstrap: str) -> BusConfig:
+    bus = BusConfig(
+        bootstrap_servers=bootstrap, topic_prefix=f"bench-join-{uuid.uuid4().hex[:6]}", episode_partitions=4
+    )
+    async with TopicAdmin(bus) as admin:
+        await admin.create((TURNS, SCORES))
+    return bus
+
+
+async def main(bootstrap: str, groups: int, group_size: int, turns: int) -> None:
+    n_turns, total = groups * group_size * turns, groups * group_size * (turns + 1)
+    print(
+        f"{groups} groups x {group_size} episodes x {turns} turns: {n_turns} turn events + {groups * group_size} scores"
+    )
+    # Backlog: everything is in the log first (a trainer catching up), then read twice.
+    bus = await fresh(bootstrap)
+    await publish(bus, groups, group_size, turns)
+    plain = await consume(bus, total, join_groups=None, samples=[0], memory=[])
+    samples, memory = [0], [(0, rss_mb())]
+    join = Join("bench", group_size, [bus.topics().name_of(TURNS)])
+    joined = await consume(bus, total, join_groups=join, samples=samples, memory=memory)
+    print(f"backlog: consume + decode only    : {n_turns / plain:8.0f} turn events/s")
+    print(f"backlog: consume + join + samples : {n_turns / joined:8.0f} turn events/s ({samples[0]} samples)")
+    print("backlog: resident MB by groups decided: " + ", ".join(f"{g}: {m:.0f}" for g, m in memory[::2]))
+    # Live: the join reads while the groups are being written (the trainer's steady state).
+    bus = await fresh(bootstrap)
+    samples, memory = [0], [(0, rss_mb())]
+    join = Join("bench", group_size, [bus.topics().name_of(TURNS)])
+    started = time.perf_counter()
+    await asyncio.gather(
+        publish(bus, groups, group_size, turns),
+        consume(bus, total, join_groups=join, samples=samples, memory=memory),
+    )
+    wall = time.perf_counter() - started
+    print(f"live: written and joined          : {n_turns / wall:8.0f} turn events/s ({samples[0]} samples)")
+    print("live: resident MB by groups decided: " + ", ".join(f"{g}: {m:.0f}" for g, m in memory[::2]))
+    rate = n_turns / joined
+    print(f"goal >= 5,000 turn events/s joined: {'met' if rate >= 5000 else 'NOT met'} ({rate:.0f})")
+
+
+if __name__ == "__main__":
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--groups", type=int, default=2000)
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--turns", type=int, default=5)
+    ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
+    args = ap.parse_args()
+    if args.bootstrap:
+        asyncio.run(main(args.bootstrap, args.groups, args.group_size, args.turns))
+    else:
+        from cua_stream.broker import BrokerConfig, LocalBroker
+
+        with tempfile.TemporaryDirectory() as home:
+            broker = LocalBroker(BrokerConfig(home=home, port=39192, heap_mb=1024))
+            broker.start()
+            try:
+                asyncio.run(main(broker.config.bootstrap_servers, args.groups, args.group_size, args.turns))
+            finally:
+                broker.stop()

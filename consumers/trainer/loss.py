@@ -54,6 +54,7 @@ def policy_loss(
         raise ValueError("policy_loss: every input must have the same 1-D shape")
     m = mask.to(logprobs.dtype)
     rollout = rollout_logprobs.to(logprobs.dtype)
+    advantages = advantages.to(logprobs.dtype)
     old = logprobs.detach() if config.tis_clip is not None else rollout
     ratio = torch.exp(logprobs - old)
     unclipped = advantages * ratio

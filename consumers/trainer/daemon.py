@@ -94,9 +94,17 @@ class TrainerState:
 
 
 class Trainer:
-    def __init__(self, config: TrainerConfig, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        on_step: Callable[[TrainStep], object] | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock
+        self.on_step = on_step or _log_step
+        """Called with each step's record once it is published (progress display, logs)."""
         self.topics = config.bus.topics()
         self.dir = config.checkpoints
         self.metrics = TrainerMetrics()
@@ -380,6 +388,9 @@ class Trainer:
         for event in outputs:  # d.
             await producer.publish(POLICY if isinstance(event, PolicyVersion) else TRAIN_STEPS, event)
         st.drops = []
+        for event in outputs:
+            if isinstance(event, TrainStep):
+                self.on_step(event)
 
     def _train_step(self, batch: list[Queued], stats: StepStats) -> TrainStep:
         m = self.metrics
@@ -429,6 +440,19 @@ async def set_barriers(consumer: AIOKafkaConsumer, join: Join, groups: list[Grou
         group.barrier = {tp: ends[tp] for tp in join.call_partitions(group)}
 
 
+def _log_step(step: TrainStep) -> None:
+    log.info("step %d: %s", step.step, describe_step(step))
+
+
+def describe_step(step: TrainStep) -> str:
+    m = step.metrics
+    return (
+        f"v{step.policy_version}, {step.n_groups} group(s), {step.n_episodes} episodes, {step.n_samples} samples, "
+        f"reward {m.get('mean_reward', 0):.2f}, loss {step.loss:.4f}, grad {m.get('grad_norm', 0):.3f}, "
+        f"logprob gap {m.get('logprob_gap', 0):.2e}"
+    )
+
+
 def _mean_reward(batch: list[Queued]) -> float:
     rewards = [
         ep.score.verdict.value  # type: ignore[union-attr]
@@ -451,12 +475,15 @@ def _identity(event: object) -> tuple[str, object]:
 
 
 async def serve(
-    config: TrainerConfig, *, on_ready: Callable[[int | None], object] = lambda port: None
+    config: TrainerConfig,
+    *,
+    on_ready: Callable[[int | None], object] = lambda port: None,
+    on_step: Callable[[TrainStep], object] | None = None,
 ) -> None:
     """The process entry: SIGTERM or SIGINT stops after the step in hand, with a final checkpoint."""
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
         tg.start_soon(stop_on_signal, stop, "trainer")
-        trainer = Trainer(config)
+        trainer = Trainer(config, on_step=on_step)
         await trainer.run(stop=stop, task_status=Notify(lambda: on_ready(trainer.metrics_port)))
         tg.cancel_scope.cancel()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -63,8 +63,31 @@ def trainer(
         bus_overrides={"bootstrap_servers": bootstrap, "topic_prefix": prefix},
     )
 
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from consumers.trainer.daemon import describe_step
+
+    console = Console(stderr=True)
+    progress = Progress(
+        TextColumn("[bold]train[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+        disable=not console.is_terminal,  # a log line per step instead, below
+    )
+    task = progress.add_task("waiting for the first groups", total=cfg.max_steps or None)
+
     def ready(port: int | None) -> None:
         where = f", metrics on :{port}/metrics" if port is not None else ""
         print(f"trainer ready: run {cfg.run_id} at {cfg.checkpoints}{where}", file=sys.stderr, flush=True)
 
-    anyio.run(functools.partial(serve, cfg, on_ready=ready))
+    def step(record: Any) -> None:
+        progress.update(task, completed=record.step, description=describe_step(record))
+        if not console.is_terminal:
+            print(f"step {record.step}: {describe_step(record)}", file=sys.stderr, flush=True)
+
+    with progress:
+        anyio.run(functools.partial(serve, cfg, on_ready=ready, on_step=step))

@@ -123,6 +123,8 @@ class DiscardReason(enum.StrEnum):
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"
     ABANDONED = "abandoned"
     """The trial was cancelled (producer shutdown or abandonment) before it ended."""
+    STALE = "stale"
+    """The work was already older than the trainer's staleness bound when a producer took it: not run."""
 
 
 class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -190,6 +192,10 @@ class EpisodeEvent(Event, frozen=True, kw_only=True):
 
     group_id: str
     episode_id: str
+    attempt: int = 0
+    """Which run of the episode's work request this record belongs to: a request run again (after a
+    producer crash) is attempt 1, 2, ...; the calls of an attempt that never reached an outcome are
+    ignored downstream (the trainer trains the scored attempt's calls only)."""
 
 
 class WorkRequest(EpisodeEvent, frozen=True, kw_only=True, tag="work_request"):
@@ -254,6 +260,11 @@ class OutcomeEvent(EpisodeEvent, frozen=True, kw_only=True, tag="outcome"):
     trial_name: str = ""
     started_at: float
     finished_at: float
+
+
+NOT_RUN = "not_run:"
+"""Prefix of an outcome's ``early_termination_reason`` when a producer refused the work at admission
+(``not_run:stale``); the rest is the DiscardReason the scorer gives it."""
 
 
 class ScoreEvent(EpisodeEvent, frozen=True, kw_only=True, tag="score"):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from cua_stream.events import Discard, DiscardReason, ExceptionRecord, OutcomeEvent, Reward
+from cua_stream.events import NOT_RUN, Discard, DiscardReason, ExceptionRecord, OutcomeEvent, Reward
 
 Verdict = Reward | Discard
 Combine = Literal["reject", "mean", "min", "max", "sum"]
@@ -266,6 +266,12 @@ def _failed(o: OutcomeEvent) -> bool:
 
 
 ROWS: tuple[Row, ...] = (
+    Row(
+        "not_run",
+        lambda o: o.exception is None and (o.early_termination_reason or "").startswith(NOT_RUN),
+        lambda o, c: Discard(reason=(o.early_termination_reason or "").removeprefix(NOT_RUN)),
+        "a producer refused the work at admission (e.g. already too stale to train): there is no episode",
+    ),
     Row(
         "abandoned",
         raised(CANCELLED),

@@ -99,6 +99,7 @@ class ScoreTransform:
             run_id=outcome.run_id,
             group_id=outcome.group_id,
             episode_id=outcome.episode_id,
+            attempt=outcome.attempt,
             verdict=verdict,
             policy_version=outcome.policy_version,
             scored_at=self._clock(),

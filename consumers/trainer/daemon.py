@@ -286,8 +286,9 @@ class Trainer:
         for episode_id, episode in group.episodes.items():
             if episode.score is None:
                 continue
+            calls = [c for c in episode.calls if c.attempt == episode.score.attempt]  # the scored attempt's
             try:
-                built = assemble(episode.calls, max_seq_len=self.config.max_seq_len)
+                built = assemble(calls, max_seq_len=self.config.max_seq_len)
             except CallTreeError as e:
                 log.warning("episode %s: %s; it trains nothing", episode_id, e)
                 built = None

@@ -470,6 +470,7 @@ class Gateway:
             run_id=session.run_id,
             group_id=session.group_id,
             episode_id=session.episode_id,
+            attempt=session.attempt,
             seq=session.next_seq,
             call_id=prepared.call_id,
             parent_call_id=parent.call_id if parent else None,

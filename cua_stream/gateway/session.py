@@ -35,6 +35,8 @@ class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ``min_p``, ``max_new_tokens``, ``stop``, ``stop_token_ids`` fill what a request omits."""
     session_id: str | None = None
     """Optional client-chosen id (URL-safe); a random one otherwise."""
+    attempt: int = 0
+    """The episode's attempt (the producer's count of runs of its work request); stamped on every record."""
 
     def __post_init__(self) -> None:
         # ValueError becomes msgspec.ValidationError, which the app answers with 400.
@@ -55,6 +57,8 @@ class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError(str(e).replace("sampling_params.", "sampling.")) from None
         if "max_new_tokens" in self.sampling and params.max_new_tokens < 1:
             raise ValueError("sampling.max_new_tokens: must be >= 1 (0 would record empty completions)")
+        if self.attempt < 0:
+            raise ValueError("attempt: must be >= 0")
         if self.session_id is not None and not _SESSION_ID.fullmatch(self.session_id):
             raise ValueError(
                 "session_id: 1-128 letters, digits, '-', '_' or '.', starting with a letter, digit, "
@@ -77,6 +81,7 @@ class Session:
     episode_id: str
     sampling: dict[str, Any]
     created_at: float
+    attempt: int = 0
     tree: CallTree = field(default_factory=CallTree)
     next_seq: int = 0
     statuses: list[int] = field(default_factory=list)
@@ -100,6 +105,7 @@ class Session:
             episode_id=spec.episode_id,
             sampling=dict(spec.sampling),
             created_at=now,
+            attempt=spec.attempt,
         )
 
     @property
@@ -130,6 +136,7 @@ class Session:
             "run_id": self.run_id,
             "group_id": self.group_id,
             "episode_id": self.episode_id,
+            "attempt": self.attempt,
             "sampling": self.sampling,
             "n_calls": len(self.tree),
             "n_turns": sum(n for k, n in self.kinds.items() if k in _TURN_KINDS),

@@ -78,6 +78,13 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
         )
 
 
+def require_model_dir(field: str, path: str) -> None:
+    """ConfigError naming ``field`` unless ``path`` is a saved model directory (a ``config.json`` in it):
+    models load from disk only, never from a hub, and a typo should not surface as a hub error."""
+    if not (Path(path) / "config.json").is_file():
+        raise ConfigError(f"{field}: {path!r} is not a model directory (no config.json in it)")
+
+
 def state_dir() -> Path:
     """Where long-lived local state goes (broker data, blobs): env CUA_HOME, else the user state dir."""
     return Path(os.environ.get("CUA_HOME") or platformdirs.user_state_dir("cua-stream"))

@@ -10,7 +10,7 @@ import msgspec
 
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
-from cua_stream.config import BusConfig, ConfigError, build, bus_config, state_dir
+from cua_stream.config import BusConfig, ConfigError, build, bus_config, require_model_dir, state_dir
 
 
 class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -66,6 +66,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError("trainer.run_id: required")
         if not self.model_path:
             raise ConfigError("trainer.model_path: required")
+        require_model_dir("trainer.model_path", self.model_path)
         for name in ("group_size", "groups_per_step", "min_survivors", "max_seq_len", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}: must be >= 1")

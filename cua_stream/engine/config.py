@@ -25,10 +25,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     log_level: str = "warning"
 
     def __post_init__(self) -> None:
-        from cua_stream.config import ConfigError
+        from cua_stream.config import ConfigError, require_model_dir
 
         if not self.model_path:
             raise ConfigError("engine.model_path: required")
+        require_model_dir("engine.model_path", self.model_path)
         if not 0 < self.port < 65536:
             raise ConfigError(f"engine.port: {self.port} is not a TCP port")
         if self.max_running_requests < 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from cua_stream.config import ConfigError, Secret
+from cua_stream.config import ConfigError, Secret, require_model_dir
 
 
 class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,6 +45,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     def __post_init__(self) -> None:
         if not self.model_path:
             raise ConfigError("gateway.model_path: required")
+        require_model_dir("gateway.model_path", self.model_path)
         if not self.engine_url.startswith(("http://", "https://")):
             raise ConfigError(f"gateway.engine_url: expected an http(s) URL, got {self.engine_url!r}")
         if not 0 < self.port < 65536:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,16 +85,20 @@ def test_tokenizer_has_the_real_qwen_special_ids(qwen_processor: Any) -> None:
     assert tok.decode([151644, 9707, 151657, 151645], skip_special_tokens=True) == "Hello<tool_call>"
 
 
-def test_daemon_configs_build_from_file_env_and_flags() -> None:
-    file_data = {"gateway": {"model_path": "/m", "engine_url": "http://e:30000", "port": 8100}}
+def test_daemon_configs_build_from_file_env_and_flags(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    m = str(tmp_path)
+    file_data = {"gateway": {"model_path": m, "engine_url": "http://e:30000", "port": 8100}}
     cfg = build(GatewayConfig, "gateway", file_data=file_data, env={"CUA_GATEWAY_API_KEY": "hunter2"})
     assert cfg.port == 8100 and isinstance(cfg.api_key, Secret) and cfg.api_key.reveal() == "hunter2"
     assert "hunter2" not in repr(cfg)
     with pytest.raises(ConfigError, match=r"gateway\.engine_url"):
-        build(GatewayConfig, "gateway", overrides={"model_path": "/m", "engine_url": "e:1"}, env={})
+        build(GatewayConfig, "gateway", overrides={"model_path": m, "engine_url": "e:1"}, env={})
     with pytest.raises(ConfigError, match=r"gateway\.prot: unknown field"):
-        build(GatewayConfig, "gateway", file_data={"gateway": {"model_path": "/m", "prot": 1}}, env={})
-    engine = build(EngineConfig, "engine", overrides={"model_path": "/m", "port": "31000"}, env={})
+        build(GatewayConfig, "gateway", file_data={"gateway": {"model_path": m, "prot": 1}}, env={})
+    engine = build(EngineConfig, "engine", overrides={"model_path": m, "port": "31000"}, env={})
     assert engine.port == 31000 and engine.weight_version == "0"
     with pytest.raises(ConfigError, match=r"engine: .*model_path"):
         build(EngineConfig, "engine", env={})
+    with pytest.raises(ConfigError, match=r"engine\.model_path: '/nowhere' is not a model directory"):
+        build(EngineConfig, "engine", overrides={"model_path": "/nowhere"}, env={})

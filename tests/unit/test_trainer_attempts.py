@@ -20,9 +20,9 @@ __all__ = ["qwen_processor", "renderer"]  # fixtures
 
 
 def test_the_trainer_trains_the_scored_attempts_calls_only(tmp_path: Path) -> None:
-    trainer = Trainer(
-        TrainerConfig(run_id="r", model_path="unused", group_size=1, checkpoint_dir=str(tmp_path))
-    )
+    (tmp_path / "config.json").write_text("{}")  # the model is never loaded here
+    config = TrainerConfig(run_id="r", model_path=str(tmp_path), group_size=1, checkpoint_dir=str(tmp_path))
+    trainer = Trainer(config)
     join = Join("r", group_size=1, call_topics=["t"])
     crashed = [
         msgspec.structs.replace(call(i, i - 1 if i else None, [1], [10 + i]), attempt=0) for i in range(3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -62,8 +63,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     bus: BusConfig = BusConfig()
 
     def __post_init__(self) -> None:
-        if not self.run_id:
-            raise ConfigError("trainer.run_id: required")
+        if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", self.run_id):
+            raise ConfigError(
+                f"trainer.run_id: {self.run_id!r}: use 1-128 letters, digits, '.', '_' or '-' (it names "
+                "the run's groups and its checkpoint directory)"
+            )
         if not self.model_path:
             raise ConfigError("trainer.model_path: required")
         require_model_dir("trainer.model_path", self.model_path)

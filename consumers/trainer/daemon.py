@@ -278,7 +278,12 @@ class Trainer:
             else:
                 self._drop(join, group, decision)
         for group in join.timed_out(self.clock(), cfg.group_timeout_s):
-            self._drop(join, group, decide([], cfg.policy, trainer_version=st.version, timed_out=True))  # type: ignore[arg-type]
+            scored = [
+                EpisodeResult(episode_id, episode.score.verdict, st.version)
+                for episode_id, episode in group.episodes.items()
+                if episode.score is not None
+            ]
+            self._drop(join, group, decide(scored, cfg.policy, trainer_version=st.version, timed_out=True))
 
     def _evaluate(self, group: GroupState) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]]]:
         results: list[EpisodeResult] = []

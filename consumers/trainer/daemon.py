@@ -87,6 +87,8 @@ class Queued:
 class TrainerState:
     version: int = 0
     step: int = 0
+    weights: str = ""
+    """The checkpoint directory's weights of ``version`` (empty: the start model)."""
     issued: int = 0
     queue: list[Queued] = field(default_factory=list)
     drops: list[GroupDropped] = field(default_factory=list)
@@ -166,7 +168,7 @@ class Trainer:
         saved, backend = await anyio.to_thread.run_sync(self._load)
         self.backend = backend
         st = self.state
-        st.version, st.step = saved.version, saved.step
+        st.version, st.step, st.weights = saved.version, saved.step, saved.weights
         async with anyio.create_task_group() as tg:
             if self.config.metrics_port is not None:
                 self.metrics_port = await tg.start(
@@ -360,11 +362,10 @@ class Trainer:
         stats: StepStats | None = None,
     ) -> None:
         cfg, st = self.config, self.state
-        saved = ckpt.load(self.dir)
-        weights = saved.weights if saved else ""
         if weights_changed:
-            weights = f"weights-v{st.version}"
-            await anyio.to_thread.run_sync(self.backend.save, self.dir / weights)  # a.
+            st.weights = f"weights-v{st.version}"
+            await anyio.to_thread.run_sync(self.backend.save, self.dir / st.weights)  # a.
+        weights = st.weights
         outputs: list[Event] = []
         if stats is not None:
             outputs.append(self._train_step(batch, stats))

@@ -30,9 +30,9 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
-from cua_stream.gateway.openai_format import error_body
+from cua_stream.gateway.openai_format import Reply, error_body
 from cua_stream.gateway.refusal import Refusal
-from cua_stream.gateway.service import Gateway, Reply
+from cua_stream.gateway.service import Gateway
 from cua_stream.gateway.session import SessionSpec
 
 log = logging.getLogger(__name__)

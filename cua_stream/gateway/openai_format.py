@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+
+from cua_stream.errors import Refusal
 
 _json = msgspec.json.Encoder()
 
@@ -60,3 +63,20 @@ def stream_body(completion: dict[str, Any]) -> bytes:
 def error_body(status: int, message: str, code: str = "invalid_request") -> dict[str, Any]:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
+
+
+@dataclass
+class Reply:
+    """An HTTP answer, independent of the web framework."""
+
+    status: int
+    body: Any = None
+    raw: bytes | None = None
+    media_type: str = "application/json"
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def refusal_reply(r: Refusal) -> Reply:
+    """A refusal in the OpenAI error shape (a 503 says when to retry)."""
+    headers = {"retry-after": "1"} if r.status == 503 else {}
+    return Reply(r.status, error_body(r.status, r.message, r.code), headers=headers)

@@ -26,7 +26,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -44,7 +44,7 @@ from cua_stream.gateway.engine_client import Engine, EngineReply, JsonIds, JsonS
 from cua_stream.gateway.messages import assistant_reply
 from cua_stream.gateway.metrics import GatewayMetrics
 from cua_stream.gateway.mismatch import tree_report
-from cua_stream.gateway.openai_format import completion_body, error_body, stream_body
+from cua_stream.gateway.openai_format import Reply, completion_body, refusal_reply, stream_body
 from cua_stream.gateway.records import build_record, topic_for
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.rendering import PreparedImage, RenderedDelta, Renderer
@@ -59,17 +59,6 @@ _INLINE_RENDER_CHARS = 32_768
 _EXPIRED_REMEMBERED = 4096
 _ENGINE_CHECK_S = 1.0
 """Readiness probes within this long of the last engine health check reuse its answer."""
-
-
-@dataclass
-class Reply:
-    """An HTTP answer, independent of the web framework."""
-
-    status: int
-    body: Any = None
-    raw: bytes | None = None
-    media_type: str = "application/json"
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -87,11 +76,6 @@ class Prepared:
     image_data: JsonStrings
     """Every image of the prompt, in prompt order (the engine needs them all); the history's are the
     parent's already-encoded ones."""
-
-
-def _refusal_reply(r: Refusal) -> Reply:
-    headers = {"retry-after": "1"} if r.status == 503 else {}
-    return Reply(r.status, error_body(r.status, r.message, r.code), headers=headers)
 
 
 class Gateway:
@@ -276,7 +260,7 @@ class Gateway:
                 )
             call = parse_chat_request(body, session)
         except Refusal as r:
-            return _refusal_reply(r)
+            return refusal_reply(r)
         session.known_request = call.known
         self.in_flight += 1
         self._idle = anyio.Event() if self._idle.is_set() else self._idle
@@ -285,13 +269,13 @@ class Gateway:
         try:
             return await self._generate_and_record(session, call, started_at, t0)
         except Refusal as r:
-            return _refusal_reply(r)
+            return refusal_reply(r)
         except EngineHTTPError as e:
-            return _refusal_reply(Refusal(e.status, engine_error_message(e), code="engine_error"))
+            return refusal_reply(Refusal(e.status, engine_error_message(e), code="engine_error"))
         except EngineUnavailable as e:
-            return _refusal_reply(Refusal(503, str(e), code="engine_unavailable"))
+            return refusal_reply(Refusal(503, str(e), code="engine_unavailable"))
         except EngineProtocolError as e:
-            return _refusal_reply(Refusal(502, f"invalid engine reply: {e}", code="engine_protocol"))
+            return refusal_reply(Refusal(502, f"invalid engine reply: {e}", code="engine_protocol"))
         except anyio.get_cancelled_exc_class():
             self.metrics.cancelled.inc()  # the client went away (the engine client aborted the engine's work)
             raise

@@ -17,6 +17,8 @@ from typing import Any
 import msgspec
 import torch
 
+from cua_stream.errors import ConfigError
+
 FILE = "checkpoint.json"
 
 
@@ -43,9 +45,12 @@ def load(directory: Path) -> Checkpoint | None:
     path = directory / FILE
     if not path.exists():
         return None
-    checkpoint = msgspec.json.decode(path.read_bytes(), type=Checkpoint)
+    try:
+        checkpoint = msgspec.json.decode(path.read_bytes(), type=Checkpoint)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise ConfigError(f"{path}: not a cua-stream trainer checkpoint ({e})") from None
     if checkpoint.schema_version != 1:
-        raise ValueError(f"{path}: checkpoint schema {checkpoint.schema_version}; this trainer reads 1")
+        raise ConfigError(f"{path}: checkpoint schema {checkpoint.schema_version}; this trainer reads 1")
     return checkpoint
 
 

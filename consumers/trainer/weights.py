@@ -1,13 +1,26 @@
 """Putting new weights on the engine: drain the gateway (calls in flight finish, new ones wait), load the
-weights with SGLang's ``/update_weights_from_disk`` under their version, resume the gateway."""
+weights with SGLang's ``/update_weights_from_disk`` under their version, resume the gateway.
+
+An engine that cannot be reached is retried with backoff (``EngineUnavailable`` is retriable) and then
+reported in one line; the checkpoint is already written, so a restarted trainer loads the same weights
+again. A gateway that cannot be reached is not drained (it has no calls in flight to protect) and the
+update goes ahead, with a warning.
+"""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import anyio
 import httpx
 
+from cua_stream.bus.connect import backoff_s
 from cua_stream.errors import EngineUnavailable
+
+log = logging.getLogger(__name__)
+
+ATTEMPTS = 5
 
 
 async def push_weights(
@@ -19,19 +32,41 @@ async def push_weights(
     version: int,
     drain_timeout_s: float = 60.0,
 ) -> None:
-    if gateway_url:
-        await http.post(f"{gateway_url}/admin/drain", json={"timeout_s": drain_timeout_s})
+    drained = bool(gateway_url) and await _gateway(
+        http, f"{gateway_url}/admin/drain", {"timeout_s": drain_timeout_s}
+    )
     try:
-        r = await http.post(
-            f"{engine_url}/update_weights_from_disk",
-            json={"model_path": str(weights), "weight_version": str(version)},
-            timeout=600,
-        )
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                r = await http.post(
+                    f"{engine_url}/update_weights_from_disk",
+                    json={"model_path": str(weights), "weight_version": str(version)},
+                    timeout=600,
+                )
+                break
+            except httpx.TransportError as e:
+                if attempt == ATTEMPTS:
+                    raise EngineUnavailable(
+                        f"the engine at {engine_url} could not be reached to load weights v{version} "
+                        f"({type(e).__name__}); they are checkpointed and load again on restart"
+                    ) from None
+                await anyio.sleep(backoff_s(attempt))
         if r.status_code != 200 or not r.json().get("success"):
             raise EngineUnavailable(f"the engine refused weights v{version}: {r.status_code} {r.text[:300]}")
     finally:
-        if gateway_url:
-            await http.post(f"{gateway_url}/admin/resume")
+        if drained:
+            with anyio.CancelScope(shield=True):
+                await _gateway(http, f"{gateway_url}/admin/resume", {})
+
+
+async def _gateway(http: httpx.AsyncClient, url: str, body: dict[str, float]) -> bool:
+    """POST to a gateway admin route; False (with a warning) if the gateway cannot be reached."""
+    try:
+        r = await http.post(url, json=body, timeout=120)
+    except httpx.TransportError as e:
+        log.warning("gateway %s unreachable (%s): weight update goes on without it", url, type(e).__name__)
+        return False
+    return r.status_code == 200
 
 
 async def engine_version(http: httpx.AsyncClient, engine_url: str) -> str | None:

@@ -111,6 +111,10 @@ class UnknownTopicError(CuaError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NamespaceError(CuaError):
+    """An episode's desktop namespace could not be set up (not root, ``unshare`` missing, setup failed)."""
+
+
 class ConfigError(CuaError, ValueError):
     """A configuration value is missing or invalid; the message names the field."""
 
@@ -183,6 +187,7 @@ POLICY: dict[type[CuaError], Action] = {
     BrokerError: Action.CRASH,
     BusUnavailable: Action.RETRY,
     TopicMissing: Action.CRASH,
+    NamespaceError: Action.CRASH,
     UnknownTopicError: Action.CRASH,
     ConfigError: Action.CRASH,
     PromptTemplateChanged: Action.CRASH,

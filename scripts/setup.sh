@@ -40,4 +40,15 @@ if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
   echo "$stamp" > .venv/.cua-installed
 fi
 
+# The local desktop's Debian packages (cua_stream/desktop/packages.txt), installed when a program is
+# missing and we may: as root, with apt-get. Otherwise `cua-stream desktop doctor` says what to do.
+desktop_missing=$(awk -F'\t' '!/^#/ && NF == 2 {print $1}' cua_stream/desktop/packages.txt | while read -r p; do
+  command -v "$p" >/dev/null 2>&1 || echo "$p"; done)
+if [ -n "$desktop_missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing the local desktop's packages (missing: $(echo $desktop_missing | tr '\n' ' '))"
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    $(awk -F'\t' '!/^#/ && NF == 2 {print $2}' cua_stream/desktop/packages.txt | sort -u) >/dev/null
+fi
+
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True

@@ -29,6 +29,7 @@ def _root() -> None:
 # Imported lazily so `cua-stream tap` does not pay for torch or Harbor.
 SUBCOMMANDS: dict[str, str] = {
     "broker": "cua_stream.cli.broker:app",
+    "desktop": "cua_stream.cli.desktop:app",
     "topics": "cua_stream.cli.topics:app",
     "replay": "cua_stream.cli.replay:replay",
     "tap": "cua_stream.cli.tap:tap",

@@ -1,0 +1,86 @@
+"""``LocalDesktopEnvironment``: a Harbor environment that runs an episode on this host, without Docker, in
+its own mount, PID and network namespace (``namespace.EpisodeNamespace``).
+
+Plug it in with ``EnvironmentConfig(import_path="cua_stream.desktop.environment:LocalDesktopEnvironment")``.
+Files move through ``/proc/<init>/root``, the host's view of the episode's filesystem (its private /tmp
+included); ``/logs`` and ``/tests`` are host directories under the trial's own, bind-mounted. ``stop``
+kills the namespace's init, and with it every process the episode started (Xvfb, the window manager,
+Chromium, servers a task started): nothing of it outlives the trial, nothing on the host is touched.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import anyio.to_thread
+from harbor.environments.base import BaseEnvironment, ExecResult
+
+from cua_stream.desktop.namespace import EpisodeNamespace, NamespaceError
+
+TYPE = "cua-local-desktop"
+
+
+class LocalDesktopEnvironment(BaseEnvironment):
+    _namespace: EpisodeNamespace | None = None
+
+    @staticmethod
+    def type() -> str:  # type: ignore[override]
+        return TYPE
+
+    def _validate_definition(self) -> None:
+        """Nothing to build: the desktop's programs are the host's (``cua-stream desktop doctor``)."""
+
+    @property
+    def root(self) -> Path:
+        """The episode's host directory (its /logs and /tests, and the namespace's log)."""
+        return Path(self.trial_paths.trial_dir) / "desktop"
+
+    def _ns(self) -> EpisodeNamespace:
+        if self._namespace is None or self._namespace.init_pid is None:
+            raise NamespaceError(f"environment {self.session_id} is not started")
+        return self._namespace
+
+    def _inside(self, path: str) -> Path:
+        """The host path of ``path`` as the episode sees it."""
+        return Path(f"/proc/{self._ns().init_pid}/root") / path.lstrip("/")
+
+    async def start(self, force_build: bool) -> None:
+        self._namespace = EpisodeNamespace(self.root)
+        await anyio.to_thread.run_sync(self._namespace.start)
+
+    async def stop(self, delete: bool) -> None:
+        if self._namespace is not None:
+            await anyio.to_thread.run_sync(self._namespace.stop)
+
+    async def exec(
+        self,
+        command: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: int | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        ns = self._ns()
+        merged = self._merge_env(env)
+        result = await anyio.to_thread.run_sync(
+            lambda: ns.run(command, cwd=cwd, env=merged, timeout_sec=timeout_sec)
+        )
+        return ExecResult(stdout=result.stdout, stderr=result.stderr, return_code=result.return_code)
+
+    async def upload_file(self, source_path: Path | str, target_path: str) -> None:
+        target = self._inside(target_path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(shutil.copyfile, source_path, target)
+
+    async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
+        target = self._inside(target_dir)
+        await anyio.to_thread.run_sync(lambda: shutil.copytree(source_dir, target, dirs_exist_ok=True))
+
+    async def download_file(self, source_path: str, target_path: Path | str) -> None:
+        Path(target_path).parent.mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(shutil.copyfile, self._inside(source_path), target_path)
+
+    async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        source = self._inside(source_dir)
+        await anyio.to_thread.run_sync(lambda: shutil.copytree(source, target_dir, dirs_exist_ok=True))

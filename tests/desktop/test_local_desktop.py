@@ -1,0 +1,177 @@
+"""The local desktop environment, built by Harbor's own factory from its import path: each episode in its
+own namespaces, side by side, with its own display :1, /tmp and process table; commands return when
+they exit even when they leave daemons behind; files move in and out; stop leaves nothing on the host."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+from harbor.environments.base import BaseEnvironment
+from harbor.environments.factory import EnvironmentFactory
+from harbor.models.task.config import EnvironmentConfig
+from harbor.models.trial.paths import TrialPaths
+
+from cua_stream.desktop.environment import TYPE
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.desktop,
+    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
+]
+IMPORT_PATH = "cua_stream.desktop.environment:LocalDesktopEnvironment"
+
+
+def make(tmp: Path, name: str) -> BaseEnvironment:
+    trial = tmp / name
+    trial.mkdir()
+    return EnvironmentFactory.create_environment_from_import_path(
+        IMPORT_PATH,
+        environment_dir=trial,
+        environment_name=name,
+        session_id=f"{name}__env",
+        trial_paths=TrialPaths(trial_dir=trial),
+        task_env_config=EnvironmentConfig(),
+    )
+
+
+@pytest.fixture
+async def pair(tmp_path: Path) -> AsyncIterator[tuple[BaseEnvironment, BaseEnvironment]]:
+    a, b = make(tmp_path, "ep-a"), make(tmp_path, "ep-b")
+    await a.start(force_build=False)
+    await b.start(force_build=False)
+    try:
+        yield a, b
+    finally:
+        await a.stop(delete=True)
+        await b.stop(delete=True)
+
+
+def host_processes(marker: str) -> str:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return "\n".join(line for line in out.splitlines() if marker in line)
+
+
+async def test_episodes_side_by_side_each_with_its_own_display_tmp_and_processes(
+    pair: tuple[BaseEnvironment, BaseEnvironment],
+) -> None:
+    a, b = pair
+    assert a.type() == TYPE
+    for env in pair:  # Harbor's runtime starts Xvfb :1 with `&` inside one exec: that exec must return
+        with anyio.fail_after(10):
+            started = await env.exec("Xvfb :1 -screen 0 640x480x24 >/dev/null 2>&1 & sleep 0.5; echo up")
+        assert started.return_code == 0 and started.stdout == "up\n"
+    shot = await a.exec(
+        "DISPLAY=:1 xdotool mousemove 5 5 && DISPLAY=:1 import -window root /tmp/s.png && wc -c < /tmp/s.png"
+    )
+    assert shot.return_code == 0 and int(shot.stdout) > 0
+    assert (await b.exec("test -e /tmp/s.png")).return_code == 1  # /tmp is the episode's own
+    await a.exec("pkill -9 Xvfb")  # as Harbor's reset does with chromium: the other episode's survives
+    assert (await b.exec("pgrep -x Xvfb")).return_code == 0
+    assert (await a.exec("pgrep -x Xvfb")).return_code == 1
+    assert "trap : CHLD" in (await a.exec("tr '\\0' ' ' < /proc/1/cmdline")).stdout  # our reaping init
+
+
+async def test_files_move_in_and_out_and_logs_land_in_the_trial(tmp_path: Path) -> None:
+    env = make(tmp_path, "ep-files")
+    await env.start(force_build=False)
+    try:
+        (tmp_path / "in").mkdir()
+        (tmp_path / "in" / "page.html").write_text("<button>OK</button>")
+        await env.upload_dir(source_dir=tmp_path / "in", target_dir="/tests")
+        await env.upload_file(tmp_path / "in" / "page.html", "/tmp/work/page.html")
+        assert (await env.exec("cat /tests/page.html /tmp/work/page.html")).stdout.count("OK") == 2
+        await env.exec("mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt")
+        assert (tmp_path / "ep-files" / "desktop" / "logs" / "verifier" / "reward.txt").read_text() == "1\n"
+        await env.download_file("/tmp/work/page.html", tmp_path / "out" / "page.html")
+        await env.download_dir(source_dir="/logs", target_dir=tmp_path / "logs-copy")
+        assert (tmp_path / "out" / "page.html").exists() and (tmp_path / "logs-copy" / "verifier").is_dir()
+        result = await env.exec("pwd; echo $FOO; echo $OPENAI_API_KEY", cwd="/tests", env={"FOO": "bar"})
+        assert result.stdout == "/tests\nbar\n\n"  # the host's variables (keys) do not leak in
+        timed = await env.exec("sleep 5", timeout_sec=1)
+        assert timed.return_code == 124
+    finally:
+        await env.stop(delete=True)
+
+
+async def test_stop_leaves_nothing_of_the_episode_on_the_host(tmp_path: Path) -> None:
+    env = make(tmp_path, "ep-stop")
+    await env.start(force_build=False)
+    marker = f"cua-marker-{uuid.uuid4().hex[:8]}"
+    await env.exec(
+        f"setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 & nohup sleep 301 >/dev/null 2>&1 &"
+    )
+    assert host_processes(marker)
+    await env.stop(delete=True)
+    for _ in range(100):  # SIGKILL of the init: the kernel ends the rest at once
+        if not host_processes(marker):
+            break
+        await anyio.sleep(0.05)
+    assert not host_processes(marker)
+    with pytest.raises(Exception, match="not started"):
+        await env.exec("true")
+
+
+async def test_computer1s_own_runtime_runs_four_desktops_side_by_side(tmp_path: Path) -> None:
+    """Harbor's Computer1Session (Xvfb, xfce4, Chromium, xdotool, ImageMagick, cwebp) in four episodes
+    started together: each acts on and screenshots its own desktop; one's reset
+    (``pkill -9 -f chromium``) leaves the others' browsers alone."""
+    import base64
+    import io
+    from pathlib import PurePosixPath
+
+    from harbor.agents.computer_1.runtime import Computer1Session, ComputerAction
+    from PIL import Image
+
+    envs = [make(tmp_path, f"ep-{i}") for i in range(4)]
+    sessions = [
+        Computer1Session(
+            env,
+            PurePosixPath("/logs/agent"),
+            desktop_width=640,
+            desktop_height=480,
+            window_width=640,
+            window_height=480,
+            readiness_timeout_sec=90,
+        )
+        for env in envs
+    ]
+
+    async def shows(env: BaseEnvironment, text: str) -> bool:
+        titles = await env.exec("DISPLAY=:1 xdotool search --name . getwindowname %@ 2>/dev/null")
+        return text in (titles.stdout or "")
+
+    try:
+        with anyio.fail_after(240):
+            for env, session in zip(envs, sessions, strict=True):  # all four run at once from here on
+                await env.start(force_build=False)
+                await session.start()
+            for i, (env, session) in enumerate(zip(envs, sessions, strict=True)):
+                page = f"data:text/html,<body style='background:rgb({20 + 60 * i},20,20)'><h1>episode {i}</h1></body>"
+                for _ in range(5):  # as an agent would: look, and navigate again if the page is not up
+                    await session.execute(ComputerAction(type="navigate", url=page))
+                    await anyio.sleep(0.5)
+                    if await shows(env, f"episode {i}"):
+                        break
+                await session.execute(ComputerAction(type="click", x=100, y=100))
+        await anyio.sleep(0.5)
+        colours = []
+        for i, session in enumerate(sessions):
+            await session.fetch_screenshot(f"/tmp/shot-{i}.webp")  # computer-1's capture + cwebp
+            assert (await envs[i].exec(f"test -s /tmp/shot-{i}.webp")).return_code == 0
+            url = await session.latest_png_data_url()
+            image = Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2])))
+            assert image.size == (640, 480)
+            colours.append(image.convert("RGB").getpixel((320, 400)))
+        assert colours == [(20 + 60 * i, 20, 20) for i in range(4)]  # each its own desktop's page
+        await sessions[0].reset()
+        for env in envs[1:]:
+            assert (await env.exec("pgrep -f chromium >/dev/null")).return_code == 0
+    finally:
+        for env in envs:
+            await env.stop(delete=True)

@@ -16,11 +16,9 @@ import torch
 
 from consumers.trainer.loss import policy_loss
 from consumers.trainer.megatron_backend import MegatronBackend
-from consumers.trainer.samples import assemble
-from consumers.trainer.torch_backend import TrainItem
 from cua_stream.engine.forward import token_logprobs
 from tests.conftest import free_port
-from tests.unit.test_trainer_samples import call
+from tests.unit.test_trainer_packing import items
 
 pytestmark = [
     pytest.mark.slow,
@@ -82,13 +80,6 @@ def gpt() -> Iterator[Any]:
         torch.cuda.current_device = current_device  # type: ignore[assignment]
         parallel_state.destroy_model_parallel()
         dist.destroy_process_group()
-
-
-def items() -> list[TrainItem]:
-    a = assemble([call(0, None, [1, 2], [10, 11]), call(1, 0, [3], [12])]).samples[0]
-    b = assemble([call(0, None, [5], [13, 14, 15])]).samples[0]
-    c = assemble([call(0, None, [6, 7, 8], [16])]).samples[0]
-    return [TrainItem(a, 0.7, 0), TrainItem(b, -0.3, 1), TrainItem(c, 0.7, 0)]
 
 
 def per_sample_loss(model: Any) -> torch.Tensor:

@@ -19,6 +19,8 @@ from harbor.environments.base import BaseEnvironment, ExecResult
 from cua_stream.desktop.namespace import EpisodeNamespace, NamespaceError
 
 TYPE = "cua-local-desktop"
+LOG_DIRS = ("agent", "verifier", "artifacts")
+"""Harbor's output directories under /logs."""
 
 
 class LocalDesktopEnvironment(BaseEnvironment):
@@ -46,6 +48,8 @@ class LocalDesktopEnvironment(BaseEnvironment):
         return Path(f"/proc/{self._ns().init_pid}/root") / path.lstrip("/")
 
     async def start(self, force_build: bool) -> None:
+        for sub in LOG_DIRS:  # Harbor's containers get these from their image; the verifier writes to them
+            (self.root / "logs" / sub).mkdir(parents=True, exist_ok=True)
         self._namespace = EpisodeNamespace(self.root)
         await anyio.to_thread.run_sync(self._namespace.start)
 

@@ -17,7 +17,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import random
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -36,6 +36,15 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def wait_until(done: Callable[[], Awaitable[bool]], poll_s: float = 0.1) -> None:
+    """Poll ``done`` (state outside this process: a broker, a server, a subprocess) until it holds; the
+    caller bounds the wait (``anyio.fail_after``)."""
+    while True:
+        if await done():
+            return
+        await anyio.sleep(poll_s)
 
 
 def ephemeral_range() -> tuple[int, int]:

@@ -250,7 +250,9 @@ class Trainer:
         cfg, st = self.config, self.state
         if not cfg.tasks or (cfg.max_steps and st.step >= cfg.max_steps):
             return
-        undecided = sum(1 for k in range(st.issued) if group_id_of(cfg.run_id, k) not in join.decided)
+        # the feeder's groups still open in the join (bounded by max_in_flight; not a scan of every
+        # group the run ever issued, on every poll)
+        undecided = sum(1 for group_id in join.groups if index_of(cfg.run_id, group_id) is not None)
         sampling = {"temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens}
         while undecided < cfg.max_in_flight:
             for work in work_for_group(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ from PIL import Image
 from cua_stream.config import BusConfig
 from cua_stream.engine.config import EngineConfig
 from cua_stream.gateway.config import GatewayConfig
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 from tests.integration.gateway_servers import GatewayProcess, serving, tiny_model_dir
 from tests.unit.gateway_support import png_bomb, user_turn
 
@@ -48,15 +48,6 @@ async def running(http: httpx.AsyncClient) -> int:
     return (await http.get("/health")).json()["running_requests"]
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-    with anyio.move_on_after(timeout_s):
-        for _ in iter(int, 1):  # until true
-            if await check():
-                return
-            await anyio.sleep(0.05)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
-
-
 async def test_a_generation_that_never_stops_cannot_starve_a_short_one(own_engine: tuple[str, Any]) -> None:
     url, _ = own_engine
     async with httpx.AsyncClient(base_url=url, timeout=120) as http:
@@ -74,7 +65,8 @@ async def test_a_generation_that_never_stops_cannot_starve_a_short_one(own_engin
             async def started() -> bool:
                 return await running(http) == 1
 
-            await eventually(started, 30, "the endless generation started")
+            with anyio.fail_after(30):  # the endless generation started
+                await wait_until(started)
             short = await http.post("/generate", json=body(max_new_tokens=8, ignore_eos=True))
             assert short.status_code == 200 and len(short.json()["output_ids"]) == 8
             assert long == [] and await running(http) == 1  # the endless one is still going
@@ -94,7 +86,8 @@ async def test_a_client_that_gives_up_frees_the_engine(own_engine: tuple[str, An
         async def idle() -> bool:
             return await running(http) == 0
 
-        await eventually(idle, 10, "the engine is idle (aborted at its next step once the client left)")
+        with anyio.fail_after(10):  # aborted at its next step once the client left
+            await wait_until(idle)
 
 
 def image_request(data: bytes, pads: int = 1) -> dict[str, Any]:
@@ -185,5 +178,6 @@ async def test_a_client_that_gives_up_on_the_gateway_frees_gateway_and_engine(
                     return in_flight == 0 and await running(engine_http) == 0
 
                 # the gateway cancelled the call and aborted the generation
-                await eventually(idle, 10, "gateway and engine idle")
+                with anyio.fail_after(10):
+                    await wait_until(idle)
             assert (await gw.info(sid))["n_calls"] == 0  # nothing recorded for the abandoned call

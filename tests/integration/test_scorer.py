@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -33,6 +32,7 @@ from cua_stream.events import (
     headers_for,
 )
 from cua_stream.topics import DLQ, OUTCOMES, SCORES
+from tests.conftest import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.anyio]
 
@@ -79,14 +79,6 @@ async def publish(config: BusConfig, events: list[OutcomeEvent]) -> None:
 
 async def committed_scores(config: BusConfig) -> list[ScoreEvent]:
     return [d.event async for d in scan(config, SCORES)]  # read_committed
-
-
-async def wait_until(done: Callable[[], Awaitable[bool]], poll_s: float = 0.1) -> None:
-    """Poll ``done`` (state outside this process: a broker, a subprocess) until it holds."""
-    while True:
-        if await done():
-            return
-        await anyio.sleep(poll_s)
 
 
 async def count_scored(config: BusConfig) -> int:

@@ -115,6 +115,11 @@ class NamespaceError(CuaError):
     """An episode's desktop namespace could not be set up (not root, ``unshare`` missing, setup failed)."""
 
 
+class TaskStartFailed(CuaError):
+    """A task's ``environment/start.sh`` failed: the episode's environment never came up (Harbor records
+    it as the trial's environment-phase exception; the scorer discards the episode)."""
+
+
 class ConfigError(CuaError, ValueError):
     """A configuration value is missing or invalid; the message names the field."""
 
@@ -188,6 +193,7 @@ POLICY: dict[type[CuaError], Action] = {
     BusUnavailable: Action.RETRY,
     TopicMissing: Action.CRASH,
     NamespaceError: Action.CRASH,
+    TaskStartFailed: Action.CRASH,
     UnknownTopicError: Action.CRASH,
     ConfigError: Action.CRASH,
     PromptTemplateChanged: Action.CRASH,

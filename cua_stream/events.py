@@ -23,6 +23,7 @@ from __future__ import annotations
 import array
 import enum
 import sys
+import zlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -193,9 +194,11 @@ class EpisodeEvent(Event, frozen=True, kw_only=True):
     group_id: str
     episode_id: str
     attempt: int = 0
-    """Which run of the episode's work request this record belongs to: a request run again (after a
-    producer crash) is attempt 1, 2, ...; the calls of an attempt that never reached an outcome are
-    ignored downstream (the trainer trains the scored attempt's calls only)."""
+    """Which run of the episode's work request this record belongs to. A producer numbers each run by its
+    start time (ms since the epoch, strictly increasing within the producer: ``producers.attempts``), so a
+    request run again after a crash, by any producer, gets a new and larger number without a coordination
+    round trip. The calls of an attempt that never reached an outcome are ignored downstream (the trainer
+    trains the scored attempt's calls only). 0: recorded outside a producer."""
 
 
 class WorkRequest(EpisodeEvent, frozen=True, kw_only=True, tag="work_request"):
@@ -208,6 +211,14 @@ class WorkRequest(EpisodeEvent, frozen=True, kw_only=True, tag="work_request"):
     """The trainer's policy version when the work was issued (admission control compares against it)."""
     created_at: float
     sampling: dict[str, Any] = {}
+    seed: int | None = None
+    """Seeds the task's layout (one per group, so a group's episodes see the same task instance); None:
+    derived from ``group_id`` (``layout_seed``)."""
+
+
+def layout_seed(work: WorkRequest) -> int:
+    """The seed of ``work``'s task layout: its own, else a stable hash of its group."""
+    return work.seed if work.seed is not None else zlib.crc32(work.group_id.encode())
 
 
 class CallRecord(EpisodeEvent, frozen=True, kw_only=True):

@@ -30,3 +30,18 @@ class Notify(TaskStatus[None]):
 
     def started(self, value: None = None) -> None:
         self._fn()
+
+
+async def stop_then_abandon(stop: anyio.Event, abandon: anyio.Event, what: str) -> None:
+    """First SIGTERM/SIGINT sets ``stop`` (finish the work in hand), the second sets ``abandon`` (cancel it,
+    saying so), a third kills the process the default way."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            name = signal.Signals(signum).name
+            if not stop.is_set():
+                log.info("%s: %s, draining: no new work, finishing the episodes in hand", what, name)
+                stop.set()
+            else:
+                log.warning("%s: second %s, abandoning the episodes in hand", what, name)
+                abandon.set()
+                return

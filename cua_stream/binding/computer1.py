@@ -125,6 +125,8 @@ class Computer1Params:
     screenshot_max_pixels: int | None = None
     agent_timeout_sec: float | None = None
     """Harbor's agent phase is unbounded unless this (or the task) sets a limit."""
+    start_url: str | None = None
+    """The page computer-1 opens before its first turn (a bundled task's own server)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_key, Secret):
@@ -228,6 +230,8 @@ def bind_computer1(params: Computer1Params, env: Mapping[str, str]) -> Computer1
         kwargs["desktop_height"] = kwargs["window_height"] = height
     if params.screenshot_max_pixels is not None:
         kwargs["screenshot_max_pixels"] = params.screenshot_max_pixels
+    if params.start_url is not None:
+        kwargs["start_url"] = params.start_url
     config = AgentConfig(
         name=None,
         import_path=QWEN3VL_IMPORT_PATH,

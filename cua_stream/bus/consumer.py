@@ -172,6 +172,8 @@ class _CommitOnRevoke(ConsumerRebalanceListener):
         await self.owner._commit(set(revoked))
         for tp in revoked:
             self.owner._processed.pop(tp, None)
+            for callback in self.owner.on_revoke:
+                callback(tp.topic, tp.partition)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         self.owner.assigned.set()
@@ -202,6 +204,8 @@ class EventConsumer:
         self._committed: dict[TopicPartition, int] = {}
         self.assigned = anyio.Event()
         self.max_retries = 5
+        self.on_revoke: list[Callable[[str, int], None]] = []
+        """Called with (topic, partition) for each partition taken away in a rebalance."""
 
     @property
     def dead_lettered(self) -> int:
@@ -239,6 +243,19 @@ class EventConsumer:
     def processed(self, delivery: Delivery) -> None:
         """Mark ``delivery`` handled; its offset is committed at the next ``commit()``."""
         self._mark(TopicPartition(delivery.topic, delivery.partition), delivery.offset)
+
+    def mark_through(self, topic: str, partition: int, next_offset: int) -> None:
+        """Mark every record of ``topic[partition]`` before ``next_offset`` handled (for a caller that
+        handles records out of order and knows how far the handled prefix reaches)."""
+        if next_offset > 0:
+            self._mark(TopicPartition(topic, partition), next_offset - 1)
+
+    def pause(self) -> None:
+        """Stop fetching (keep polling ``batches()``: the member stays in its group, heartbeats go on)."""
+        self._kafka.pause(*self._kafka.assignment())
+
+    def resume(self) -> None:
+        self._kafka.resume(*self._kafka.assignment())
 
     def _mark(self, tp: TopicPartition, offset: int) -> None:
         if tp in self._kafka.assignment():  # a mark for a revoked partition is dropped (re-delivered)

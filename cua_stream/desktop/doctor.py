@@ -31,3 +31,17 @@ def missing_packages() -> list[str]:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+def require_desktop() -> None:
+    """NamespaceError (one line, the fix in it) unless this host can run local desktops."""
+    from cua_stream.errors import NamespaceError
+
+    if not is_root():
+        raise NamespaceError(
+            "the local desktop needs root for its per-episode namespaces (see `cua-stream desktop doctor`)"
+        )
+    if missing := missing_packages():
+        raise NamespaceError(
+            f"the local desktop is missing packages; install them: apt-get install -y {' '.join(missing)}"
+        )

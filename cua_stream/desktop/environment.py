@@ -6,21 +6,39 @@ Files move through ``/proc/<init>/root``, the host's view of the episode's files
 included); ``/logs`` and ``/tests`` are host directories under the trial's own, bind-mounted. ``stop``
 kills the namespace's init, and with it every process the episode started (Xvfb, the window manager,
 Chromium, servers a task started): nothing of it outlives the trial, nothing on the host is touched.
+
+A task brings its own services with ``environment/start.sh``: run inside the namespace at start (with the
+environment's variables, e.g. the episode's ``CUA_TASK_SEED``), it must return once they are up.
+Every command sees ``CUA_PYTHON``, this process's interpreter, so task scripts can run the bundled tasks'
+Python (``cua_stream.tasks``) without a Python of their own.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import anyio.to_thread
 from harbor.environments.base import BaseEnvironment, ExecResult
 
 from cua_stream.desktop.namespace import EpisodeNamespace, NamespaceError
+from cua_stream.errors import TaskStartFailed
 
 TYPE = "cua-local-desktop"
 LOG_DIRS = ("agent", "verifier", "artifacts")
 """Harbor's output directories under /logs."""
+START_SCRIPT = "start.sh"
+START_TIMEOUT_S = 60
+DESKTOP_SIZE_ENV = "CUA_DESKTOP_SIZE"
+"""``WxH``: start the episode's X server (display :1) at this size before the agent comes."""
+_START_X = (
+    "setsid nohup Xvfb :1 -screen 0 {size}x24 -fbdir /var/tmp >/tmp/xvfb.log 2>&1 </dev/null & "
+    "for _ in $(seq 400); do DISPLAY=:1 xdotool getdisplaygeometry >/dev/null 2>&1 && exit 0; sleep 0.05; done; "
+    "cat /tmp/xvfb.log >&2; exit 1"
+)
 
 
 class LocalDesktopEnvironment(BaseEnvironment):
@@ -52,6 +70,22 @@ class LocalDesktopEnvironment(BaseEnvironment):
             (self.root / "logs" / sub).mkdir(parents=True, exist_ok=True)
         self._namespace = EpisodeNamespace(self.root)
         await anyio.to_thread.run_sync(self._namespace.start)
+        size = (self._merge_env(None) or {}).get(DESKTOP_SIZE_ENV)
+        if size:
+            # computer-1 starts Xvfb itself, but only waits for its socket: on a loaded host Chromium can
+            # come before the server answers and exit ("Missing X server"). Up and answering here, the
+            # display is reused by computer-1 (it skips its own Xvfb when the socket exists).
+            if not re.fullmatch(r"\d{2,5}x\d{2,5}", size):
+                raise TaskStartFailed(f"{DESKTOP_SIZE_ENV}={size!r}: expected WxH")
+            result = await self.exec(_START_X.format(size=size), timeout_sec=START_TIMEOUT_S)
+            if result.return_code != 0:
+                raise TaskStartFailed(f"the X server did not start: {(result.stderr or '').strip()[-500:]}")
+        script = Path(self.environment_dir) / START_SCRIPT
+        if script.is_file():
+            result = await self.exec(f"bash {shlex.quote(str(script))}", timeout_sec=START_TIMEOUT_S)
+            if result.return_code != 0:
+                detail = (result.stderr or result.stdout or "").strip()[-1000:]
+                raise TaskStartFailed(f"{script} exited {result.return_code}: {detail or 'no output'}")
 
     async def stop(self, delete: bool) -> None:
         if self._namespace is not None:
@@ -66,7 +100,7 @@ class LocalDesktopEnvironment(BaseEnvironment):
         user: str | int | None = None,
     ) -> ExecResult:
         ns = self._ns()
-        merged = self._merge_env(env)
+        merged = {"CUA_PYTHON": sys.executable, **(self._merge_env(env) or {})}
         result = await anyio.to_thread.run_sync(
             lambda: ns.run(command, cwd=cwd, env=merged, timeout_sec=timeout_sec)
         )

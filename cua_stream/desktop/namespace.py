@@ -20,6 +20,7 @@ when its process exits. Needs root (``unshare``/``nsenter``), as the desktop doc
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -42,6 +43,20 @@ BASE_ENV = {
 """What a command sees of an environment besides what it is given: not the host's variables (the
 producer's own settings and keys stay out of the episode), and a private home (xfce4 and Chromium write
 their settings and crash reports under it)."""
+
+
+CHROMIUM_POLICY = json.dumps(
+    {
+        "BrowserSignin": 0,
+        "SyncDisabled": True,
+        "PasswordManagerEnabled": False,
+        "TranslateEnabled": False,
+        "AutofillAddressEnabled": False,
+        "AutofillCreditCardEnabled": False,
+        "PromotionalTabsEnabled": False,
+        "DefaultBrowserSettingEnabled": False,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -67,12 +82,35 @@ def _setup_script(root: Path) -> str:
             # computer-1 starts Xvfb with -fbdir /var/tmp: the framebuffer is a file there, and two
             # episodes sharing /var/tmp would draw into one screen
             "mount -t tmpfs -o mode=1777 tmpfs /var/tmp",
+            # every episode's X server is display :1, and Xvfb compiles its keymap to
+            # /var/lib/xkb/server-1.xkm: shared, two starting at once break each other's keyboard
+            "if [ -d /var/lib/xkb ]; then mount -t tmpfs tmpfs /var/lib/xkb; fi",
             "mkdir -m 1777 /tmp/.X11-unix",
+            # Chromium's managed policies, for this episode only (a tmpfs over /etc/chromium, seeded
+            # with the host's files): no sign-in, sync, password or translate bubbles popping up and
+            # taking the keyboard focus from the page mid-episode
+            f"if [ -d /etc/chromium ]; then cp -a /etc/chromium /tmp/.etc-chromium"
+            " && mount -t tmpfs tmpfs /etc/chromium && cp -a /tmp/.etc-chromium/. /etc/chromium/"
+            f" && mkdir -p /etc/chromium/policies/managed && echo {q(CHROMIUM_POLICY)}"
+            " > /etc/chromium/policies/managed/cua-stream.json && rm -rf /tmp/.etc-chromium; fi",
             "mkdir -m 700 /tmp/home",
             "ip link set lo up",
             f"echo {READY}",
         ]
     )
+
+
+LIVE: set[EpisodeNamespace] = set()
+"""Namespaces started and not yet stopped in this process (``stop_all`` is a producer's last resort
+when a cancelled trial's own cleanup did not run)."""
+
+
+def stop_all() -> int:
+    """Stop every namespace still live in this process; returns how many there were."""
+    live = list(LIVE)
+    for ns in live:
+        ns.stop()
+    return len(live)
 
 
 class EpisodeNamespace:
@@ -82,6 +120,7 @@ class EpisodeNamespace:
         self.root = root
         """Host directory of the episode: ``logs/`` and ``tests/`` (seen as /logs and /tests inside)."""
         self._unshare: subprocess.Popen[bytes] | None = None
+        self._lifeline: int | None = None
         self.init_pid: int | None = None
 
     def start(self) -> None:
@@ -91,16 +130,26 @@ class EpisodeNamespace:
             (self.root / name).mkdir(parents=True, exist_ok=True)
         # The init must reap: processes the episode leaves behind are re-parented to it, and a dead one
         # that nobody waits for stays a zombie that ``pgrep`` still finds (Harbor checks liveness with it).
-        script = f"{_setup_script(self.root)} || exit 1; trap : CHLD; while :; do sleep 3600 & wait $!; done"
+        # The lifeline: a pipe whose only writer is this process. If it dies (even by kill -9) the pipe
+        # closes, the watcher inside signals init, init exits, and the kernel kills the whole episode:
+        # a crashed producer leaves no desktops behind.
+        lifeline_r, self._lifeline = os.pipe()
+        script = (
+            f"{_setup_script(self.root)} || exit 1; trap 'exit 0' TERM; trap : CHLD; "
+            f"{{ cat <&{lifeline_r} >/dev/null; kill -TERM 1; }} & "
+            "while :; do sleep 3600 & wait $!; done"
+        )
         with open(self.root / "namespace.log", "ab") as log:
             self._unshare = subprocess.Popen(
                 ["unshare", "--mount", "--pid", "--net", "--fork", "--mount-proc", "--propagation", "private",
                  "bash", "-c", script],
+                pass_fds=(lifeline_r,),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 start_new_session=True,
             )  # fmt: skip
+        os.close(lifeline_r)
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while READY not in (self.root / "namespace.log").read_text(errors="replace"):
             if self._unshare.poll() is not None or time.monotonic() > deadline:
@@ -111,6 +160,7 @@ class EpisodeNamespace:
                 )
             time.sleep(0.01)
         self.init_pid = self._init_pid()
+        LIVE.add(self)
 
     def _init_pid(self) -> int:
         """The namespace's init: the child ``unshare`` forked (it runs ``sleep infinity``)."""
@@ -159,6 +209,7 @@ class EpisodeNamespace:
 
     def stop(self) -> None:
         """Kill the namespace's init: the kernel then kills every process of the episode."""
+        LIVE.discard(self)
         if self.init_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.init_pid, signal.SIGKILL)
@@ -168,3 +219,6 @@ class EpisodeNamespace:
                 os.killpg(self._unshare.pid, signal.SIGKILL)
             self._unshare.wait()
             self._unshare = None
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None

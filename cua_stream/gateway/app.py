@@ -81,6 +81,15 @@ async def _until_disconnected(request: Request) -> None:
         pass
 
 
+def _session_key_opens(request: Request, given: str) -> bool:
+    """A session's own key opens its chat route (``/sessions/<id>/v1/...``) and nothing else."""
+    parts = request.url.path.split("/")
+    if len(parts) < 5 or parts[1] != "sessions" or parts[3] != "v1":
+        return False
+    session = _gateway(request).sessions.get(parts[2])
+    return session is not None and hmac.compare_digest(given.encode(), session.key.encode())
+
+
 def _gateway(request: Request) -> Gateway:
     return request.app.state.gateway
 
@@ -97,7 +106,9 @@ def create_app(
     async def authorize(request: Request, call_next: Any) -> Response:
         if api_key is not None and request.url.path not in _OPEN_PATHS:
             given = _bearer_token(request.headers.get("authorization", ""))
-            if given is None or not hmac.compare_digest(given.encode(), api_key.encode()):
+            if given is None or not (
+                hmac.compare_digest(given.encode(), api_key.encode()) or _session_key_opens(request, given)
+            ):
                 return _error(401, "missing or wrong API key (Authorization: Bearer <key>)", "unauthorized")
         try:
             return await call_next(request)
@@ -115,7 +126,12 @@ def create_app(
         except Refusal as r:
             return _error(r.status, r.message, r.code)
         return JSONResponse(
-            {"session_id": session.session_id, "base_url": f"/sessions/{session.session_id}/v1"},
+            {
+                "session_id": session.session_id,
+                "base_url": f"/sessions/{session.session_id}/v1",
+                "session_key": session.key,
+                "context_length": _gateway(request).context_length,
+            },
             status_code=201,
         )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import secrets
 import time
 import uuid
 from collections import Counter
@@ -95,6 +96,9 @@ class Session:
     """When a call last started or ended (monotonic): idle expiry counts from here."""
     in_flight: int = 0
     """Calls of this session being served (a session with a call in flight is never idle)."""
+    key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    """The session's own credential: its chat route accepts it in place of the gateway's API key, so the
+    agent (and its sandbox) holds a key that opens this one session and dies with it."""
 
     @classmethod
     def create(cls, spec: SessionSpec, now: float) -> Session:

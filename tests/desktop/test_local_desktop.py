@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -115,6 +116,40 @@ async def test_stop_leaves_nothing_of_the_episode_on_the_host(tmp_path: Path) ->
     assert not host_processes(marker)
     with pytest.raises(Exception, match="not started"):
         await env.exec("true")
+
+
+def test_a_killed_owner_leaves_no_episode_behind(tmp_path: Path) -> None:
+    """The owner of a namespace dies by kill -9 (a crashed producer): the episode's processes end too."""
+    import signal
+    import sys
+    import textwrap
+
+    marker = f"cua-orphan-{uuid.uuid4().hex[:8]}"
+    owner = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from cua_stream.desktop.namespace import EpisodeNamespace
+        ns = EpisodeNamespace(Path({str(tmp_path / "orphan")!r}))
+        ns.start()
+        ns.run("setsid bash -c 'exec -a {marker} sleep 300' >/dev/null 2>&1 &")
+        print("up", flush=True)
+        time.sleep(300)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", owner], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+        assert host_processes(marker)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()  # type: ignore[union-attr]
+    for _ in range(200):
+        if not host_processes(marker):
+            break
+        time.sleep(0.05)
+    assert not host_processes(marker)
 
 
 async def test_computer1s_own_runtime_runs_four_desktops_side_by_side(tmp_path: Path) -> None:

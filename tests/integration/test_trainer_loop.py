@@ -15,11 +15,12 @@ from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
-from cua_stream.demo import DemoPlan, drive_work
 from cua_stream.engine.config import EngineConfig
 from cua_stream.events import PolicyVersion, TrainStep, TurnEvent
 from cua_stream.gateway.config import GatewayConfig
 from cua_stream.topics import POLICY, TRAIN_STEPS, TURNS
+from producers.config import ProducerConfig
+from producers.daemon import Producer
 from tests.conftest import free_port
 from tests.integration.gateway_servers import serving, tiny_model_dir
 
@@ -62,11 +63,14 @@ async def test_three_steps_change_the_weights_the_engine_serves(
         with anyio.fail_after(600):
             async with anyio.create_task_group() as tg:
                 await tg.start(Scorer(ScorerConfig(bus=bus_config)).run)
-                await tg.start(
-                    lambda task_status: drive_work(
-                        bus_config, gateway_url, DemoPlan(turns=2), task_status=task_status
-                    )
+                producer = ProducerConfig(
+                    gateway_url=gateway_url,
+                    environment="scripted",
+                    max_turns=2,
+                    concurrency=4,
+                    bus=bus_config,
                 )
+                await tg.start(Producer(producer).run)
                 trainer = Trainer(config)
                 await trainer.run()
                 tg.cancel_scope.cancel()

@@ -281,6 +281,35 @@ async def test_api_key_is_required_when_configured(renderer: Renderer, tmp_path:
             assert r.status_code == 201, header
 
 
+async def test_a_sessions_own_key_opens_its_chat_route_and_nothing_else(
+    renderer: Renderer, tmp_path: Path
+) -> None:
+    harness = Harness(renderer, tmp_path, api_key="admin-key")
+    admin = {"authorization": "Bearer admin-key"}
+    body = {"run_id": "r", "group_id": "g", "episode_id": "e", "sampling": {"temperature": TEMPERATURE}}
+    async with harness.http:
+        one = (await harness.http.post("/sessions", json={**body, "session_id": "one"}, headers=admin)).json()
+        two = (await harness.http.post("/sessions", json={**body, "session_id": "two"}, headers=admin)).json()
+        assert one["session_key"] != two["session_key"] and len(one["session_key"]) >= 32
+        assert one["context_length"] == harness.gateway.context_length
+        chat = {"model": "policy", "messages": [user_turn("hi")], "temperature": TEMPERATURE}
+        own = {"authorization": f"Bearer {one['session_key']}"}
+        assert (
+            await harness.http.post("/sessions/one/v1/chat/completions", json=chat, headers=own)
+        ).status_code == 200
+        # not another session's route, not the session's admin routes, not the gateway's
+        for method, path in (
+            ("POST", "/sessions/two/v1/chat/completions"),
+            ("GET", "/sessions/one"),
+            ("DELETE", "/sessions/one"),
+            ("POST", "/sessions"),
+            ("POST", "/admin/drain"),
+        ):
+            r = await harness.http.request(method, path, json=chat if "chat" in path else {}, headers=own)
+            assert r.status_code == 401, (method, path)
+        assert one["session_key"] not in repr(harness.gateway.sessions["one"])  # never in a log line
+
+
 async def test_an_image_that_is_not_an_image_is_refused(h: Harness) -> None:
     sid = await h.session()
     r = await h.chat(sid, [user_turn("look", "data:image/png;base64,aGVsbG8gd29ybGQ=")])

@@ -1,0 +1,72 @@
+"""`cua-stream producer`: run work requests as episodes, publish their outcomes."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Annotated
+
+import typer
+
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
+
+
+@friendly_errors
+def producer(
+    gateway_url: Annotated[str | None, typer.Option(help="Session gateway URL.")] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Episodes at once (default 2).")] = None,
+    environment: Annotated[
+        str | None, typer.Option(help="local-desktop (Harbor trials; root) or scripted (no desktop).")
+    ] = None,
+    group_id: Annotated[str | None, typer.Option(help="Consumer group (default <prefix>.producers).")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="computer-1's turn limit (default 15).")] = None,
+    max_staleness: Annotated[
+        int | None, typer.Option(help="Skip work this many policy versions behind (default: run all).")
+    ] = None,
+    trials_dir: Annotated[str | None, typer.Option(help="Harbor trial directories.")] = None,
+    metrics_port: Annotated[int | None, typer.Option(help="Prometheus text on this port (0: any).")] = None,
+    progress: Annotated[bool, typer.Option(help="Live progress table on stderr.")] = False,
+    log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """Consume the work topic as a consumer group; run each request as a Harbor computer-1 trial on the
+    local desktop, through a gateway session of its own; publish its outcome, then commit. SIGTERM
+    drains (episodes in hand finish), a second SIGTERM abandons them (each with an outcome saying so)."""
+    import anyio
+
+    from producers.config import producer_config
+    from producers.daemon import serve
+
+    set_log_level(log_level)
+    cfg = producer_config(
+        load_file(config),
+        overrides={
+            "gateway_url": gateway_url,
+            "concurrency": concurrency,
+            "environment": environment,
+            "group_id": group_id,
+            "max_turns": max_turns,
+            "max_staleness": max_staleness,
+            "trials_dir": trials_dir,
+            "metrics_port": metrics_port,
+            "progress": progress or None,
+        },
+        bus_overrides={"bootstrap_servers": bootstrap, "topic_prefix": prefix},
+    )
+    if cfg.environment == "local-desktop":
+        from cua_stream.desktop.doctor import require_desktop
+
+        require_desktop()
+
+    def ready(p: object) -> None:
+        port = getattr(p, "metrics_port", None)
+        where = f", metrics on :{port}/metrics" if port is not None else ""
+        print(
+            f"producer ready: {cfg.group}, {cfg.concurrency} at once, {cfg.environment}{where}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    anyio.run(functools.partial(serve, cfg, on_ready=ready))

@@ -1,0 +1,201 @@
+"""The bundled tasks' pages, generated from a seed. Pure: a layout is a function of (task, seed).
+
+Every task is MiniWoB-style: the page's banner says what to do (so one static ``instruction.md`` serves
+every seed, and a policy must read the screen), and the layout, labels and the goal are drawn from the
+seed (so coordinates cannot be memorized). Interactive elements have distinct saturated colors from a
+shuffled palette: they look like ordinary colored controls to a policy, and they let the scripted
+oracle find its target on the screenshot by color, the way it knows the goal (from the seed).
+
+The page reports what the user did to the task's server (``POST /state``); the verifier reads it back.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import random
+from dataclasses import dataclass, field
+
+TASKS = ("click-button", "fill-form", "read-value", "follow-link", "choose-option", "sign-up")
+
+PALETTE: tuple[tuple[int, int, int], ...] = (
+    (210, 40, 40),
+    (30, 160, 60),
+    (235, 130, 20),
+    (140, 50, 200),
+    (215, 40, 160),
+    (20, 150, 150),
+    (140, 85, 30),
+    (120, 130, 10),
+)
+"""Saturated colors unlike Chromium's own greys and blues (the oracle looks for them on screen)."""
+
+WORDS = (
+    "Apple", "Birch", "Cedar", "Delta", "Ember", "Falcon", "Garnet", "Harbor", "Iris", "Juniper",
+    "Kestrel", "Lotus", "Maple", "Nova", "Opal", "Pepper", "Quartz", "Raven", "Sierra", "Tulip",
+)  # fmt: skip
+
+PAGE_W, PAGE_H = 600, 330
+"""The area elements are placed in (page pixels): fits a 800x600 desktop's Chromium viewport."""
+CELL_W, CELL_H = 200, 66
+BANNER_H = 60
+
+
+@dataclass(frozen=True)
+class Element:
+    id: str
+    label: str
+    x: int
+    y: int
+    color: tuple[int, int, int]
+    kind: str = "button"
+    """button | input | link | option | toggle | text"""
+
+
+@dataclass(frozen=True)
+class Layout:
+    task: str
+    seed: int
+    goal: str
+    """What the banner asks, in words."""
+    answer: str
+    """The value the goal names (the label to click, the text to type, the code to report, ...)."""
+    elements: tuple[Element, ...]
+    subpages: dict[str, tuple[Element, ...]] = field(default_factory=dict)
+
+    def element(self, id: str, page: str = "") -> Element:
+        for e in self.subpages.get(page, ()) if page else self.elements:
+            if e.id == id:
+                return e
+        raise KeyError(f"{self.task}: no element {id!r} on page {page or '/'!r}")
+
+
+def _cells(rng: random.Random, n: int) -> list[tuple[int, int]]:
+    """``n`` distinct grid cells (top-left page pixels, jittered) under the banner."""
+    cols, rows = PAGE_W // CELL_W, PAGE_H // CELL_H
+    picked = rng.sample([(c, r) for c in range(cols) for r in range(rows)], n)
+    return [
+        (c * CELL_W + rng.randrange(0, 30), BANNER_H + r * CELL_H + rng.randrange(0, 12)) for c, r in picked
+    ]
+
+
+def layout(task: str, seed: int) -> Layout:
+    if task not in TASKS:
+        raise ValueError(f"unknown bundled task {task!r}; known: {', '.join(TASKS)}")
+    rng = random.Random(f"{task}:{seed}")
+    colors = list(PALETTE)
+    rng.shuffle(colors)
+    words = rng.sample(WORDS, 8)
+    if task == "click-button":
+        cells = _cells(rng, 4)
+        els = tuple(Element(f"b{i}", words[i], *cells[i], colors[i]) for i in range(4))
+        target = rng.choice(els).label
+        return Layout(task, seed, f"Click the button labelled {target}.", target, els)
+    if task == "fill-form":
+        cells = _cells(rng, 2)
+        text = f"{words[0].lower()}{rng.randrange(10, 99)}"
+        els = (
+            Element("input", "", *cells[0], colors[0], "input"),
+            Element("submit", "Submit", *cells[1], colors[1]),
+        )
+        return Layout(task, seed, f"Type {text} in the text field, then press Submit.", text, els)
+    if task == "read-value":
+        (cell,) = _cells(rng, 1)
+        code = str(rng.randrange(1000, 9999))
+        els = (Element("code", f"Your code is {code}", *cell, colors[0], "text"),)
+        return Layout(task, seed, "Read the code on this page and give it as your final answer.", code, els)
+    if task == "follow-link":
+        cells = _cells(rng, 3)
+        els = tuple(Element(f"l{i}", words[i], *cells[i], colors[i], "link") for i in range(3))
+        target = rng.choice(els).label
+        subpages = {
+            e.label: (Element("confirm", "Confirm", *_cells(rng, 1)[0], colors[3 + i]),)
+            for i, e in enumerate(els)
+        }
+        goal = f"Open the {target} page, then press its Confirm button."
+        return Layout(task, seed, goal, target, els, subpages)
+    if task == "choose-option":
+        cells = _cells(rng, 2)
+        options = words[:3]
+        target = rng.choice(options)
+        els = (
+            Element("menu", "Choose...", *cells[0], colors[0]),
+            *(
+                Element(f"o{i}", w, cells[0][0], cells[0][1] + 50 * (i + 1), colors[2 + i], "option")
+                for i, w in enumerate(options)
+            ),
+            Element("submit", "Submit", *cells[1], colors[1]),
+        )
+        # the options drop down under the menu: keep the submit button out of their way
+        if abs(cells[1][0] - cells[0][0]) < CELL_W and cells[1][1] > cells[0][1]:
+            els = (
+                *els[:-1],
+                Element("submit", "Submit", (cells[0][0] + CELL_W) % PAGE_W, cells[1][1], colors[1]),
+            )
+        return Layout(task, seed, f"Choose {target} from the menu, then press Submit.", target, els)
+    # sign-up: a multi-step form
+    cells = _cells(rng, 3)
+    text = f"{words[1].lower()}{rng.randrange(10, 99)}"
+    els = (
+        Element("input", "", *cells[0], colors[0], "input"),
+        Element("agree", "I agree", *cells[1], colors[1], "toggle"),
+        Element("submit", "Sign up", *cells[2], colors[2]),
+    )
+    goal = f"Type {text} in the text field, tick I agree, then press Sign up."
+    return Layout(task, seed, goal, text, els)
+
+
+def _style(e: Element) -> str:
+    r, g, b = e.color
+    return (
+        f"position:absolute;left:{e.x}px;top:{e.y}px;width:160px;height:40px;background:rgb({r},{g},{b});"
+        "color:#fff;border:none;font:bold 16px sans-serif;"
+    )
+
+
+def _element_html(e: Element) -> str:
+    label = html.escape(e.label)
+    if e.kind == "input":
+        return (
+            f'<input id="{e.id}" style="{_style(e)}color:#000;background:#fff;border:6px solid rgb{e.color}">'
+        )
+    if e.kind == "link":
+        return f'<a id="{e.id}" href="/page/{label}" style="{_style(e)}display:block;line-height:40px;text-align:center">{label}</a>'
+    if e.kind == "text":
+        return f'<div id="{e.id}" style="{_style(e)}width:220px;line-height:40px;text-align:center">{label}</div>'
+    hidden = "display:none;" if e.kind == "option" else ""
+    return f'<button id="{e.id}" data-kind="{e.kind}" style="{_style(e)}{hidden}">{label}</button>'
+
+
+_SCRIPT = """
+function report(ev) {
+  fetch('/state', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(ev)});
+}
+let choice = null, agreed = false;
+for (const b of document.querySelectorAll('button')) {
+  b.addEventListener('click', () => {
+    const kind = b.dataset.kind, input = document.getElementById('input');
+    if (TASK === 'click-button') report({click: b.textContent});
+    else if (b.id === 'confirm') report({confirm: PAGE});
+    else if (b.id === 'menu') document.querySelectorAll('[data-kind=option]').forEach(o => o.style.display = 'block');
+    else if (kind === 'option') { choice = b.textContent; document.getElementById('menu').textContent = choice;
+      document.querySelectorAll('[data-kind=option]').forEach(o => o.style.display = 'none'); }
+    else if (kind === 'toggle') { agreed = !agreed; b.textContent = (agreed ? '\\u2611 ' : '') + 'I agree'; }
+    else if (b.id === 'submit') report({submit: input ? input.value : choice, agreed: agreed});
+  });
+}
+"""
+
+
+def render(lay: Layout, page: str = "") -> str:
+    """The HTML of the task's main page, or of subpage ``page`` (follow-link)."""
+    elements = lay.subpages[page] if page else lay.elements
+    banner = f"{page} page" if page else lay.goal
+    body = "".join(_element_html(e) for e in elements)
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>cua task</title></head>"
+        "<body style='margin:0;background:#f4f4f4'>"
+        f"<div style='height:{BANNER_H - 10}px;font:20px sans-serif;padding:8px'>{html.escape(banner)}</div>"
+        f"{body}<script>const TASK = {json.dumps(lay.task)}, PAGE = {json.dumps(page)};{_SCRIPT}</script>"
+        "</body></html>"
+    )

@@ -1,0 +1,111 @@
+"""Scripted policies for the bundled tasks: the oracle, which solves a task from its seed, and the
+do-nothing policy, which proves a task is not solved by doing nothing, and the idle policy, which keeps
+an episode going. Pure decision logic.
+
+The oracle knows the goal and the colors of the elements from the seed's layout, and finds each element
+on the latest screenshot by its color (so it acts on what the desktop shows: coordinates go through the
+same 0..999 grid, resize and xdotool path as a model's). Its replies are computer-1 JSON; a task ends
+with the confirmation round trip computer-1 asks for (the terminal action twice).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from cua_stream.binding.coordinates import GRID_MAX
+from cua_stream.tasks.pages import Layout
+
+COLOR_TOLERANCE = 40
+"""Per channel: screenshots are lossy WebP."""
+MIN_PIXELS = 40
+
+
+@dataclass(frozen=True)
+class Step:
+    type: str
+    """click | type | answer | done"""
+    target: str = ""
+    """The element to click (``page:id``, page empty for the main page); the text to type or answer."""
+
+
+def oracle_plan(lay: Layout) -> tuple[Step, ...]:
+    """The steps that solve ``lay``, terminal confirmation included."""
+    click = lambda id, page="": Step("click", f"{page}:{id}")  # noqa: E731
+    done = (Step("done"), Step("done"))
+    if lay.task == "click-button":
+        target = next(e for e in lay.elements if e.label == lay.answer)
+        return (click(target.id), *done)
+    if lay.task == "fill-form":
+        return (click("input"), Step("type", lay.answer), click("submit"), *done)
+    if lay.task == "read-value":
+        return (Step("answer", lay.answer), Step("answer", lay.answer))
+    if lay.task == "follow-link":
+        link = next(e for e in lay.elements if e.label == lay.answer)
+        return (click(link.id), click("confirm", lay.answer), *done)
+    if lay.task == "choose-option":
+        option = next(e for e in lay.elements if e.label == lay.answer)
+        return (click("menu"), click(option.id), click("submit"), *done)
+    return (click("input"), Step("type", lay.answer), click("agree"), click("submit"), *done)
+
+
+def find_color(pixels: np.ndarray, color: tuple[int, int, int]) -> tuple[int, int] | None:
+    """The 0..999 grid position of the centre of ``color``'s pixels on an RGB screenshot, or None."""
+    diff = np.abs(pixels[..., :3].astype(np.int16) - np.array(color, dtype=np.int16))
+    ys, xs = np.nonzero((diff <= COLOR_TOLERANCE).all(axis=-1))
+    if len(xs) < MIN_PIXELS:
+        return None
+    h, w = pixels.shape[:2]
+    return round(float(xs.mean()) / max(w - 1, 1) * GRID_MAX), round(
+        float(ys.mean()) / max(h - 1, 1) * GRID_MAX
+    )
+
+
+def progress(replies: Sequence[str]) -> int:
+    """How many plan steps the conversation's earlier replies carried out (``wait`` replies do not count)."""
+    n = 0
+    for reply in replies:
+        try:
+            action = json.loads(reply).get("action", {})
+        except (ValueError, AttributeError):
+            continue
+        n += isinstance(action, dict) and action.get("type") not in (None, "wait")
+    return n
+
+
+def oracle_action(lay: Layout, replies: Sequence[str], pixels: np.ndarray | None) -> dict[str, Any]:
+    """The oracle's next action, given its earlier replies and the latest screenshot."""
+    plan = oracle_plan(lay)
+    step = plan[min(progress(replies), len(plan) - 1)]
+    if step.type == "done":
+        return {"type": "done", "result": "done"}
+    if step.type == "answer":
+        return {"type": "answer", "result": step.target, "text": step.target}
+    if step.type == "type":
+        return {"type": "type", "text": step.target}
+    page, _, id = step.target.partition(":")
+    where = find_color(pixels, lay.element(id, page).color) if pixels is not None else None
+    if where is None:  # not on screen yet (the page is still loading): look again
+        return {"type": "wait", "duration": 1}
+    return {"type": "click", "x": where[0], "y": where[1]}
+
+
+def do_nothing_action(replies: Sequence[str]) -> dict[str, Any]:
+    """Declares the task done at once (and confirms): what a policy that does nothing earns."""
+    return {"type": "done", "result": "done"}
+
+
+def idle_action(replies: Sequence[str]) -> dict[str, Any]:
+    """Moves the mouse, turn after turn: an episode that runs until its turn limit and touches the X server
+    every turn (a move and a fresh screenshot; computer-1 does not capture again after a ``wait``), for
+    tests that break the desktop mid-episode."""
+    return {"type": "mouse_move", "x": 300 + 100 * (len(replies) % 4), "y": 500}
+
+
+def reply_text(action: dict[str, Any]) -> str:
+    """A computer-1 JSON reply carrying ``action``."""
+    return json.dumps({"analysis": "scripted policy", "plan": action["type"], "action": action})

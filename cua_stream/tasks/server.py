@@ -1,0 +1,88 @@
+"""The task's web server, started inside the episode's namespace (``environment/start.sh``).
+
+Serves the seed's pages and keeps what the page reports (``POST /state``) for the verifier
+(``GET /state``). Standard library only: it runs on the episode's loopback, one per episode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+from cua_stream.tasks.pages import Layout, layout, render
+
+MAX_EVENTS = 1000
+MAX_BODY = 64 * 1024
+
+
+class TaskState:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[dict[str, Any]] = []
+
+    def add(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            if len(self.events) < MAX_EVENTS:
+                self.events.append(event)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.events)
+
+
+def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, status: int, body: bytes, ctype: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path == "/state":
+                self._send(200, json.dumps({"events": state.snapshot()}).encode(), "application/json")
+            elif self.path == "/":
+                self._send(200, render(lay).encode(), "text/html; charset=utf-8")
+            elif self.path.startswith("/page/") and unquote(self.path[6:]) in lay.subpages:
+                self._send(200, render(lay, unquote(self.path[6:])).encode(), "text/html; charset=utf-8")
+            else:
+                self._send(404, b"not found", "text/plain")
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if self.path != "/state" or not 0 < length <= MAX_BODY:
+                self._send(400, b"bad request", "text/plain")
+                return
+            try:
+                event = json.loads(self.rfile.read(length))
+            except ValueError:
+                self._send(400, b"not JSON", "text/plain")
+                return
+            if isinstance(event, dict):
+                state.add(event)
+            self._send(204, b"", "text/plain")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the episode's log is for the desktop's programs."""
+
+    return Handler
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(layout(args.task, args.seed), TaskState()))
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""Configuration of the rollout producer daemon (section ``producer``; env ``CUA_PRODUCER_<FIELD>``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, state_dir
+
+Environment = Literal["local-desktop", "scripted"]
+
+
+class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A producer: which work it takes, how many episodes it runs at once, and how it runs them."""
+
+    gateway_url: str = "http://127.0.0.1:8000"
+    """The session gateway: one session per episode, its URL and key handed to the agent."""
+    gateway_api_key: Secret | None = None
+    """The gateway's API key (to open and close sessions); the agent only ever gets its session's key."""
+    group_id: str = ""
+    """Consumer group on the work topic, shared by every producer of a deployment; empty:
+    ``<topic prefix>.producers``."""
+    concurrency: int = 2
+    """Episodes run at once (each runs its own desktop: Xvfb, xfce4 and Chromium)."""
+    environment: Environment = "local-desktop"
+    """``local-desktop``: Harbor trials on per-episode namespaces of this host (needs root and the desktop
+    packages: ``cua-stream desktop doctor``). ``scripted``: no Harbor, no desktop: episodes drawn from the
+    seed talk to the gateway the way computer-1 does (for tests of the other daemons and benchmarks)."""
+    scripted_action_latency_s: float = 0.0
+    """``scripted`` only: how long each 'action' takes (benchmarks and drain tests inject time here)."""
+    model_name: str = "qwen3-vl"
+    """The name LiteLLM sends (the gateway serves one model whatever the name)."""
+    max_input_tokens: int = 0
+    """The prompt budget computer-1 compacts against; 0: the gateway's context length."""
+    max_turns: int = 15
+    desktop_width: int = 800
+    desktop_height: int = 600
+    agent_timeout_s: float = 600.0
+    trials_dir: str = ""
+    """Harbor's trial directories (logs, trajectories, results); empty: ``<state dir>/trials``."""
+    max_staleness: int | None = None
+    """Admission control: work issued under a policy version more than this behind the latest published
+    one is not run (its outcome says ``not_run:stale``); None: run everything."""
+    drain_timeout_s: float = 900.0
+    """On the first SIGTERM, how long in-flight episodes may take to finish before they are cancelled
+    (with ``abandoned`` outcomes); a second SIGTERM cancels at once."""
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    progress: bool = False
+    """Show a live progress table on the terminal (rich)."""
+    bus: BusConfig = BusConfig()
+
+    def __post_init__(self) -> None:
+        if not self.gateway_url.startswith(("http://", "https://")):
+            raise ConfigError(f"producer.gateway_url: expected an http(s) URL, got {self.gateway_url!r}")
+        if self.scripted_action_latency_s < 0:
+            raise ConfigError("producer.scripted_action_latency_s: must be >= 0")
+        if self.concurrency < 1:
+            raise ConfigError("producer.concurrency: must be >= 1")
+        if self.max_turns < 1:
+            raise ConfigError("producer.max_turns: must be >= 1")
+        if self.max_input_tokens < 0:
+            raise ConfigError("producer.max_input_tokens: must be >= 0 (0: the gateway's context length)")
+        for name in ("desktop_width", "desktop_height"):
+            if not 64 <= getattr(self, name) <= 8192:
+                raise ConfigError(f"producer.{name}: must be 64..8192 pixels")
+        if self.agent_timeout_s <= 0 or self.drain_timeout_s < 0:
+            raise ConfigError("producer.agent_timeout_s must be > 0 and producer.drain_timeout_s >= 0")
+        if self.max_staleness is not None and self.max_staleness < 0:
+            raise ConfigError("producer.max_staleness: must be >= 0")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ConfigError("producer.metrics_port: must be 0..65535")
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"{self.bus.topic_prefix}.producers"
+
+    @property
+    def trials_path(self) -> Path:
+        return Path(self.trials_dir) if self.trials_dir else state_dir() / "trials"
+
+
+def producer_config(
+    file_data: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    bus_overrides: Mapping[str, Any] | None = None,
+) -> ProducerConfig:
+    """The ``[producer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
+    if file_data and "bus" in (file_data.get("producer") or {}):
+        raise ConfigError("producer.bus: put bus settings in the [bus] section")
+    producer = build(ProducerConfig, "producer", file_data=file_data, overrides=overrides)
+    return msgspec.structs.replace(producer, bus=bus_config(bus_overrides, file_data))

@@ -1,0 +1,76 @@
+"""The producer's side of the session gateway: open a session per episode, close it for its counts."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from cua_stream.config import Secret
+from cua_stream.events import WorkRequest
+
+log = logging.getLogger(__name__)
+
+OPEN_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class OpenSession:
+    session_id: str
+    url: str
+    """The OpenAI-compatible base URL the agent talks to."""
+    key: Secret
+    context_length: int
+
+
+class GatewaySessions:
+    def __init__(self, http: httpx.AsyncClient, gateway_url: str, api_key: Secret | None) -> None:
+        self.http = http
+        self.gateway_url = gateway_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key.reveal()}"} if api_key else {}
+
+    async def open(self, work: WorkRequest, attempt: int) -> OpenSession:
+        """A session for this attempt of ``work`` (retried while the gateway is down or busy)."""
+        sampling = {"temperature": 1.0, **work.sampling}
+        body = {
+            "run_id": work.run_id,
+            "group_id": work.group_id,
+            "episode_id": work.episode_id,
+            "attempt": attempt,
+            "sampling": sampling,
+        }
+        for n in range(1, OPEN_RETRIES + 1):
+            try:
+                r = await self.http.post(f"{self.gateway_url}/sessions", json=body, headers=self._headers)
+                if r.status_code != 503 or n == OPEN_RETRIES:
+                    r.raise_for_status()
+                    got = r.json()
+                    return OpenSession(
+                        session_id=got["session_id"],
+                        url=self.gateway_url + got["base_url"],
+                        key=Secret(got.get("session_key") or "no-key"),
+                        context_length=int(got.get("context_length") or 32768),
+                    )
+            except httpx.TransportError as e:
+                if n == OPEN_RETRIES:
+                    raise
+                log.warning("gateway unreachable (%s); retrying", type(e).__name__)
+            await anyio.sleep(min(2.0**n * 0.25, 5.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def close(self, session: OpenSession) -> dict[str, Any]:
+        """Close the session; its report (calls, turns, statuses). Empty if the gateway lost it."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            try:
+                r = await self.http.delete(
+                    f"{self.gateway_url}/sessions/{session.session_id}", headers=self._headers
+                )
+                if r.status_code == 200:
+                    return r.json()
+                log.warning("closing session %s: gateway answered %d", session.session_id, r.status_code)
+            except httpx.TransportError as e:
+                log.warning("closing session %s: %s", session.session_id, e)
+        return {}

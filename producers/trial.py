@@ -1,0 +1,89 @@
+"""The real episode: a Harbor ``Trial`` of computer-1 (``Qwen3VLComputer1`` through ``bind_computer1``)
+on the local desktop, talking to its gateway session; its outcome from the ``TrialResult``."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from cua_stream.binding.computer1 import Computer1Params, ServedModel, bind_computer1
+from cua_stream.events import TaskRef
+from producers.config import ProducerConfig
+from producers.episode import EpisodeResult, EpisodeRun
+from producers.outcome import outcome_from_trial
+
+LOCAL_DESKTOP = "cua_stream.desktop.environment:LocalDesktopEnvironment"
+
+
+def task_path(task: TaskRef) -> Path:
+    """The task directory of ``task``: its own path, else a bundled task by name."""
+    from cua_stream.tasks import task_dir
+
+    if task.path:
+        return Path(task.path)
+    return task_dir(task.name)
+
+
+def trial_name(episode: EpisodeRun) -> str:
+    """A directory name per attempt (Harbor writes the trial's logs and result under it)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{episode.work.episode_id}.{episode.attempt}")
+
+
+class TrialRunner:
+    def __init__(self, config: ProducerConfig) -> None:
+        self.config = config
+
+    def trial_config(self, episode: EpisodeRun):  # -> harbor TrialConfig
+        from harbor.models.task.task import Task
+        from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
+
+        cfg, work = self.config, episode.work
+        path = task_path(work.task)
+        start_url = Task(path).config.metadata.get("start_url")
+        budget = min(cfg.max_input_tokens or episode.context_length, episode.context_length)
+        params = Computer1Params(
+            session_url=episode.session_url,
+            session_key=episode.session_key,
+            temperature=float(work.sampling.get("temperature", 1.0)),
+            model=ServedModel(name=cfg.model_name, max_input_tokens=budget),
+            max_turns=cfg.max_turns,
+            desktop_width=cfg.desktop_width,
+            desktop_height=cfg.desktop_height,
+            agent_timeout_sec=cfg.agent_timeout_s,
+            start_url=start_url if isinstance(start_url, str) else None,
+        )
+        return TrialConfig(
+            task=TaskConfig(path=path),
+            trial_name=trial_name(episode),
+            trials_dir=cfg.trials_path,
+            agent=bind_computer1(params, os.environ).trial_agent_config(),
+            environment=EnvironmentConfig(
+                import_path=LOCAL_DESKTOP,
+                env={
+                    "CUA_TASK_SEED": str(episode.seed),
+                    "CUA_DESKTOP_SIZE": f"{cfg.desktop_width}x{cfg.desktop_height}",
+                },
+            ),
+        )
+
+    async def run(self, episode: EpisodeRun) -> EpisodeResult:
+        from harbor.trial.trial import Trial
+
+        work = episode.work
+        result = await (await Trial.create(self.trial_config(episode))).run()
+        setup = result.environment_setup
+        env_start = (
+            (setup.finished_at - setup.started_at).total_seconds()
+            if setup is not None and setup.started_at is not None and setup.finished_at is not None
+            else None
+        )
+        outcome = outcome_from_trial(
+            result,
+            run_id=work.run_id,
+            group_id=work.group_id,
+            episode_id=work.episode_id,
+            policy_version=work.policy_version,
+            attempt=episode.attempt,
+        )
+        return EpisodeResult(outcome, env_start)

@@ -1,0 +1,224 @@
+"""The producer on the real path: Harbor trials of computer-1 on the local desktop, the session gateway and
+the reference engine (tiny Qwen3-VL), the real broker. A group runs with compaction forced by a small
+context budget; a killed X server is a sandbox loss; a producer killed with -9 and restarted loses no
+work, gives each finished attempt one outcome, and leaves no desktop behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+import uvicorn
+
+from consumers.scorer.table import classify
+from consumers.trainer.feeder import work_for_group
+from cua_stream.bus.producer import EventProducer
+from cua_stream.bus.reader import scan
+from cua_stream.config import BusConfig, Secret
+from cua_stream.events import CallKind, CallRecord, OutcomeEvent, SummaryEvent, TaskRef, WorkRequest
+from cua_stream.gateway.config import GatewayConfig
+from cua_stream.tasks.policy_server import create_app
+from cua_stream.topics import OUTCOMES, SUMMARIES, TURNS, WORK
+from producers.config import ProducerConfig
+from producers.daemon import Producer
+from producers.episode import EpisodeRun
+from producers.trial import TrialRunner
+from tests.conftest import free_port, wait_until
+from tests.integration.gateway_servers import EngineProcess, engine, serving, tiny_model_dir
+
+__all__ = ["engine", "tiny_model_dir"]  # fixtures
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.desktop,
+    pytest.mark.kafka,
+    pytest.mark.model,
+    pytest.mark.harbor,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
+    pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
+]
+
+
+@pytest.fixture
+def gateway_url(engine: EngineProcess, bus_config: BusConfig, tmp_path: Path) -> Iterator[str]:
+    from cua_stream.gateway.server import build_server
+
+    config = GatewayConfig(
+        model_path=str(engine.model_dir),
+        engine_url=engine.url,
+        port=free_port(),
+        blob_dir=str(tmp_path / "blobs"),
+    )
+    with serving(build_server(config, bus_config)):
+        yield f"http://127.0.0.1:{config.port}"
+
+
+def group(run_id: str, size: int, max_new_tokens: int = 24) -> list[WorkRequest]:
+    sampling = {"temperature": 1.0, "max_new_tokens": max_new_tokens}
+    return work_for_group(
+        run_id,
+        0,
+        tasks=["click-button"],
+        group_size=size,
+        policy_version=0,
+        sampling=sampling,
+        now=time.time(),
+    )
+
+
+async def publish(bus: BusConfig, requests: list[WorkRequest]) -> None:
+    async with EventProducer(bus) as out:
+        for w in requests:
+            await out.publish(WORK, w)
+
+
+async def events[T](bus: BusConfig, spec, cls: type[T]) -> list[T]:  # type: ignore[no-untyped-def]
+    return [d.event async for d in scan(bus, spec) if isinstance(d.event, cls)]
+
+
+def desktop_processes() -> str:
+    return subprocess.run(["pgrep", "-a", "-x", "Xvfb"], capture_output=True, text=True).stdout
+
+
+async def test_a_group_runs_with_compaction_and_its_records_agree(
+    bus_config: BusConfig, gateway_url: str, tmp_path: Path
+) -> None:
+    requests = group("desk", 3)
+    await publish(bus_config, requests)
+    config = ProducerConfig(
+        gateway_url=gateway_url,
+        concurrency=3,
+        max_turns=3,
+        max_input_tokens=9000,  # under computer-1's 8,000-token headroom after one screenshot: it summarizes
+        trials_dir=str(tmp_path / "trials"),
+        bus=bus_config,
+    )
+    with anyio.fail_after(420):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            await tg.start(lambda task_status: Producer(config).run(stop=stop, task_status=task_status))
+
+            async def all_out() -> bool:
+                return len(await events(bus_config, OUTCOMES, OutcomeEvent)) >= len(requests)
+
+            await wait_until(all_out, 1.0)
+            stop.set()
+    outcomes = await events(bus_config, OUTCOMES, OutcomeEvent)
+    assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in requests)
+    summaries = await events(bus_config, SUMMARIES, SummaryEvent)
+    calls: list[CallRecord] = [*await events(bus_config, TURNS, CallRecord), *summaries]
+    for o in outcomes:
+        assert o.agent_started, o.exception
+        row, _ = classify(o)
+        assert row.name in ("finished", "token_cap"), (row.name, o.exception)
+        mine = [c for c in calls if c.episode_id == o.episode_id]
+        assert {c.attempt for c in mine} == {o.attempt} and len(mine) == o.n_calls >= 1
+        ids = {c.call_id for c in mine}
+        assert len(ids) == len(mine) and all(c.parent_call_id in ids for c in mine if c.parent_call_id)
+        assert sorted(c.seq for c in mine) == list(range(len(mine)))  # gap-free per episode
+    # the small budget made computer-1 summarize: the summaries are recorded (and trained) like turns
+    assert summaries and all(s.kind == CallKind.COMPACTION_SUMMARY for s in summaries)
+    assert not desktop_processes()
+
+
+async def test_killing_the_x_server_mid_episode_is_a_sandbox_loss(tmp_path: Path) -> None:
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    runner = TrialRunner(ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=40))
+    work = group("xkill", 1)[0]
+    episode = EpisodeRun(
+        work=work,
+        attempt=1,
+        seed=3,
+        session_url=f"http://127.0.0.1:{port}/policies/idle/click-button/3/v1",
+        session_key=Secret("idle-policy-key"),
+        context_length=32768,
+    )
+    # computer-1 writes a directory per turn into the trial's agent dir as it goes (its screenshots and
+    # the episode's /logs arrive there only at the end)
+    turn_2 = tmp_path / "trials" / f"{work.episode_id}.1" / "agent" / "episode-2"
+    result = None
+    with serving(server), anyio.fail_after(240):
+        async with anyio.create_task_group() as tg:
+
+            async def kill_x_after_two_turns() -> None:
+                async def two_turns() -> bool:
+                    return turn_2.exists()
+
+                await wait_until(two_turns, 0.2)
+                await anyio.run_process(["pkill", "-KILL", "-x", "Xvfb"])
+
+            tg.start_soon(kill_x_after_two_turns)
+            result = await runner.run(episode)
+    outcome = result.outcome
+    assert outcome.agent_started and outcome.exception is not None
+    assert outcome.exception.type == "RuntimeRequestError" and outcome.exception.phase == "agent"
+    row, verdict = classify(outcome)
+    assert row.name == "sandbox_lost" and verdict.reason == "sandbox_lost"
+
+
+async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
+    bus_config: BusConfig, gateway_url: str, tmp_path: Path
+) -> None:
+    requests = group("desk-kill", 3)
+    await publish(bus_config, requests)
+    args = [
+        sys.executable,
+        "-m",
+        "cua_stream",
+        "producer",
+        "--gateway-url",
+        gateway_url,
+        "--concurrency",
+        "2",
+    ]
+    args += ["--bootstrap", bus_config.bootstrap_servers, "--prefix", bus_config.topic_prefix]
+    args += ["--max-turns", "3", "--trials-dir", str(tmp_path / "trials")]
+
+    def start(log: str) -> subprocess.Popen[bytes]:
+        with (tmp_path / log).open("ab") as out:
+            return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+
+    proc = start("p1.log")
+    try:
+        with anyio.fail_after(300):
+
+            async def mid_episode() -> bool:
+                return bool(await events(bus_config, TURNS, CallRecord))
+
+            await wait_until(mid_episode, 0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    for _ in range(100):  # the lifeline ends the killed producer's desktops
+        if not desktop_processes():
+            break
+        await anyio.sleep(0.1)
+    assert not desktop_processes()
+    proc = start("p2.log")
+    try:
+        with anyio.fail_after(400):
+
+            async def answered() -> bool:
+                got = await events(bus_config, OUTCOMES, OutcomeEvent)
+                return {o.episode_id for o in got} == {w.episode_id for w in requests}
+
+            await wait_until(answered, 1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+    assert proc.returncode == 0, (tmp_path / "p2.log").read_text()[-3000:]
+    outcomes = await events(bus_config, OUTCOMES, OutcomeEvent)
+    assert set(Counter((o.episode_id, o.attempt) for o in outcomes).values()) == {1}
+    assert {o.episode_id for o in outcomes} == {w.episode_id for w in requests}
+    assert not desktop_processes()
+    assert isinstance(requests[0].task, TaskRef)

@@ -1,0 +1,306 @@
+"""The producer daemon against the real broker, gateway and reference engine (tiny Qwen3-VL), with the
+scripted environment (no desktop: the desktop runs are in tests/desktop/): outcomes, attempts, commits,
+admission, per-episode keys, failures, SIGTERM drain and abandon, kill -9 and restart."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from consumers.scorer.table import classify
+from consumers.trainer.feeder import work_for_group
+from cua_stream.bus.producer import EventProducer
+from cua_stream.bus.reader import scan
+from cua_stream.config import BusConfig, Secret
+from cua_stream.events import OutcomeEvent, PolicyVersion, TurnEvent, WorkRequest
+from cua_stream.gateway.config import GatewayConfig
+from cua_stream.topics import OUTCOMES, POLICY, TURNS, WORK
+from producers.config import ProducerConfig
+from producers.daemon import Producer
+from tests.conftest import free_port, wait_until
+from tests.integration.gateway_servers import EngineProcess, engine, serving, tiny_model_dir
+
+__all__ = ["engine", "tiny_model_dir"]  # fixtures
+
+pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow, pytest.mark.anyio]
+
+ADMIN_KEY = "gateway-admin-key"
+
+
+@pytest.fixture
+def keyed_gateway(engine: EngineProcess, bus_config: BusConfig, tmp_path: Path) -> Iterator[str]:
+    """A gateway that requires its API key: the agent gets only its session's key."""
+    from cua_stream.gateway.server import build_server
+
+    config = GatewayConfig(
+        model_path=str(engine.model_dir),
+        engine_url=engine.url,
+        port=free_port(),
+        blob_dir=str(tmp_path / "blobs"),
+        api_key=Secret(ADMIN_KEY),
+    )
+    with serving(build_server(config, bus_config)):
+        yield f"http://127.0.0.1:{config.port}"
+
+
+def work(
+    run_id: str, groups: int, size: int, *, version: int = 0, max_new_tokens: int = 4
+) -> list[WorkRequest]:
+    sampling = {"temperature": 1.0, "max_new_tokens": max_new_tokens}
+    return [
+        w
+        for g in range(groups)
+        for w in work_for_group(
+            run_id,
+            g,
+            tasks=["click-button"],
+            group_size=size,
+            policy_version=version,
+            sampling=sampling,
+            now=time.time(),
+        )
+    ]
+
+
+async def publish(bus: BusConfig, *items: WorkRequest | PolicyVersion) -> None:
+    async with EventProducer(bus) as out:
+        for item in items:
+            await out.publish(POLICY if isinstance(item, PolicyVersion) else WORK, item)
+
+
+async def outcomes(bus: BusConfig) -> list[OutcomeEvent]:
+    return [d.event async for d in scan(bus, OUTCOMES) if isinstance(d.event, OutcomeEvent)]
+
+
+async def turns(bus: BusConfig) -> list[TurnEvent]:
+    return [d.event async for d in scan(bus, TURNS) if isinstance(d.event, TurnEvent)]
+
+
+async def committed(bus: BusConfig, group: str) -> int:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bus.bootstrap_servers)
+    await admin.start()
+    try:
+        offsets = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return sum(o.offset for tp, o in offsets.items() if tp.topic == bus.topics().name_of(WORK))
+
+
+async def test_each_work_request_gets_one_outcome_its_turns_share_the_attempt_and_commits_follow(
+    bus_config: BusConfig, keyed_gateway: str
+) -> None:
+    requests = work("prod", 2, 3)
+    await publish(bus_config, *requests)
+    config = ProducerConfig(
+        gateway_url=keyed_gateway,
+        gateway_api_key=Secret(ADMIN_KEY),
+        environment="scripted",
+        max_turns=2,
+        concurrency=3,
+        bus=bus_config,
+    )
+    producer = Producer(config)
+    with anyio.fail_after(240):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            await tg.start(lambda task_status: producer.run(stop=stop, task_status=task_status))
+
+            async def all_out() -> bool:
+                return len(await outcomes(bus_config)) >= len(requests)
+
+            await wait_until(all_out, 0.5)
+            stop.set()
+    got = await outcomes(bus_config)
+    assert sorted(o.episode_id for o in got) == sorted(w.episode_id for w in requests)  # one each
+    by_episode = {o.episode_id: o for o in got}
+    recorded = await turns(bus_config)
+    for episode_id, o in by_episode.items():
+        mine = [t for t in recorded if t.episode_id == episode_id]
+        assert o.attempt > 1_600_000_000_000  # a start time in ms: unique per run
+        assert {t.attempt for t in mine} == {o.attempt} and len(mine) == o.n_calls >= 1
+        assert o.n_turns == len(mine) and o.agent_started
+        classify(o)  # every outcome has a row in the scoring table
+    assert len({o.attempt for o in got}) == len(got)
+    assert await committed(bus_config, config.group) == len(requests)  # every request, after its outcome
+    text = producer.metrics.registry.render()
+    assert f"cua_producer_turns_total {sum(o.n_turns for o in got)}\n" in text
+    assert "cua_producer_episodes_finished_total{" in text
+
+
+async def test_stale_work_is_not_run_and_says_why(bus_config: BusConfig, keyed_gateway: str) -> None:
+    await publish(
+        bus_config, PolicyVersion(run_id="stale", version=5, weights_path="/w", step=5, published_at=0.0)
+    )
+    old, fresh = work("stale", 1, 1, version=1)[0], work("stale", 2, 1, version=4)[1]
+    await publish(bus_config, old, fresh)
+    config = ProducerConfig(
+        gateway_url=keyed_gateway,
+        gateway_api_key=Secret(ADMIN_KEY),
+        environment="scripted",
+        max_turns=1,
+        max_staleness=1,
+        bus=bus_config,
+    )
+    producer = Producer(config)
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            await tg.start(lambda task_status: producer.run(stop=stop, task_status=task_status))
+
+            async def both() -> bool:
+                return len(await outcomes(bus_config)) >= 2
+
+            await wait_until(both, 0.3)
+            stop.set()
+    got = {o.episode_id: o for o in await outcomes(bus_config)}
+    refused = got[old.episode_id]
+    assert refused.early_termination_reason == "not_run:stale" and refused.n_calls == 0
+    assert classify(refused)[1].reason == "stale"
+    assert (
+        got[fresh.episode_id].n_calls == 1
+        and got[fresh.episode_id].early_termination_reason == "max_turns_reached"
+    )
+    assert {t.episode_id for t in await turns(bus_config)} == {fresh.episode_id}
+
+
+async def test_without_a_gateway_each_episode_still_ends_with_an_outcome(bus_config: BusConfig) -> None:
+    requests = work("nogw", 1, 2)
+    await publish(bus_config, *requests)
+    config = ProducerConfig(
+        gateway_url=f"http://127.0.0.1:{free_port()}", environment="scripted", concurrency=2, bus=bus_config
+    )
+    with anyio.fail_after(120):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            await tg.start(lambda task_status: Producer(config).run(stop=stop, task_status=task_status))
+
+            async def done() -> bool:
+                return len(await outcomes(bus_config)) >= 2
+
+            await wait_until(done, 0.5)
+            stop.set()
+    got = await outcomes(bus_config)
+    assert sorted(o.episode_id for o in got) == sorted(w.episode_id for w in requests)
+    for o in got:
+        assert o.exception is not None and o.exception.type == "ConnectError" and not o.agent_started
+        assert o.exception.phase == "agent_setup"
+
+
+def producer_cli(bus: BusConfig, gateway_url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+    args = [
+        sys.executable,
+        "-m",
+        "cua_stream",
+        "producer",
+        "--environment",
+        "scripted",
+        "--gateway-url",
+        gateway_url,
+    ]
+    args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix, "--concurrency", "2"]
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            args,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "CUA_PRODUCER_GATEWAY_API_KEY": ADMIN_KEY, **env},
+        )
+
+
+async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
+    bus_config: BusConfig, keyed_gateway: str, tmp_path: Path
+) -> None:
+    requests = work("term", 2, 2)
+    await publish(bus_config, *requests)
+    slow = {"CUA_PRODUCER_MAX_TURNS": "30", "CUA_PRODUCER_SCRIPTED_ACTION_LATENCY_S": "0.5"}
+    proc = producer_cli(bus_config, keyed_gateway, tmp_path / "producer.log", **slow)
+    try:
+        with anyio.fail_after(120):
+
+            async def two_running() -> bool:
+                return len({t.episode_id for t in await turns(bus_config)}) >= 2
+
+            await wait_until(two_running, 0.3)
+            proc.send_signal(signal.SIGTERM)  # drain: the two in hand go on, nothing new starts
+            await anyio.sleep(2.0)
+            assert proc.poll() is None
+            proc.send_signal(signal.SIGTERM)  # abandon them
+            await anyio.to_thread.run_sync(proc.wait)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, (tmp_path / "producer.log").read_text()[-3000:]
+    first = await outcomes(bus_config)
+    assert len(first) == 2
+    assert all(classify(o)[1].reason == "abandoned" for o in first), [o.exception for o in first]
+    # the two never started are still owed: a new producer runs them (and only them)
+    proc = producer_cli(bus_config, keyed_gateway, tmp_path / "producer2.log", CUA_PRODUCER_MAX_TURNS="1")
+    try:
+        with anyio.fail_after(120):
+
+            async def all_done() -> bool:
+                return len(await outcomes(bus_config)) >= 4
+
+            await wait_until(all_done, 0.3)
+            await anyio.sleep(2.0)  # nothing more arrives
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    got = await outcomes(bus_config)
+    assert sorted(o.episode_id for o in got) == sorted(w.episode_id for w in requests)
+
+
+async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_attempt_has_one_outcome(
+    bus_config: BusConfig, keyed_gateway: str, tmp_path: Path
+) -> None:
+    requests = work("kill", 2, 3)
+    await publish(bus_config, *requests)
+    slow = {"CUA_PRODUCER_MAX_TURNS": "3", "CUA_PRODUCER_SCRIPTED_ACTION_LATENCY_S": "0.4"}
+    proc = producer_cli(bus_config, keyed_gateway, tmp_path / "p1.log", **slow)
+    try:
+        with anyio.fail_after(120):
+
+            async def some_done_some_running() -> bool:
+                done = {o.episode_id for o in await outcomes(bus_config)}
+                started = Counter(t.episode_id for t in await turns(bus_config) if t.episode_id not in done)
+                # one episode at its first turn: two more to go (>= 1 s), so the kill lands mid-episode
+                return len(done) >= 1 and 1 in started.values()
+
+            await wait_until(some_done_some_running, 0.1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    before = await outcomes(bus_config)
+    proc = producer_cli(bus_config, keyed_gateway, tmp_path / "p2.log", CUA_PRODUCER_MAX_TURNS="1")
+    try:
+        with anyio.fail_after(180):
+
+            async def every_request_answered() -> bool:
+                return {o.episode_id for o in await outcomes(bus_config)} == {w.episode_id for w in requests}
+
+            await wait_until(every_request_answered, 0.3)
+            await anyio.sleep(2.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    got = await outcomes(bus_config)
+    per_attempt = Counter((o.episode_id, o.attempt) for o in got)
+    assert set(per_attempt.values()) == {1}  # exactly one outcome per attempt that finished
+    assert {o.episode_id for o in got} == {w.episode_id for w in requests}  # no request lost
+    assert {(o.episode_id, o.attempt) for o in before} <= set(per_attempt)
+    # the killed run's unfinished attempts left turns without an outcome: the trainer ignores them
+    finished = set(per_attempt)
+    orphans = {(t.episode_id, t.attempt) for t in await turns(bus_config)} - finished
+    assert orphans, "the kill landed mid-episode, so some attempt has turns and no outcome"
+    assert all(episode_id in {o.episode_id for o in got} for episode_id, _ in orphans)

@@ -1,0 +1,104 @@
+"""The bundled tasks' pure parts: seeded layouts, verdicts, the oracle's plan and its color search."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from harbor.models.task.task import Task
+
+from cua_stream.tasks import TASKS, task_dir
+from cua_stream.tasks.pages import PAGE_H, PAGE_W, layout, render
+from cua_stream.tasks.policies import Step, find_color, oracle_action, oracle_plan, progress, reply_text
+from cua_stream.tasks.verdict import reward
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_layouts_are_a_function_of_the_seed_and_vary_with_it(task: str) -> None:
+    assert layout(task, 3) == layout(task, 3)
+    seen = {(layout(task, s).answer, tuple((e.x, e.y) for e in layout(task, s).elements)) for s in range(20)}
+    assert len(seen) >= 15  # positions and goals move: coordinates cannot be memorized
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_elements_stay_on_the_page_and_do_not_overlap(task: str) -> None:
+    for seed in range(50):
+        lay = layout(task, seed)
+        boxes = [(e.x, e.y, e.x + 160, e.y + 40) for e in lay.elements if e.kind != "option"]
+        for x0, y0, x1, y1 in boxes:
+            assert x0 >= 0 and x1 <= PAGE_W + 40 and y0 >= 0 and y1 <= PAGE_H + 120
+        for i, a in enumerate(boxes):
+            for b in boxes[i + 1 :]:
+                assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (task, seed, a, b)
+        assert len({e.color for e in lay.elements}) == len(lay.elements)  # the oracle tells them apart
+
+
+def test_the_page_shows_the_goal_and_every_label() -> None:
+    lay = layout("click-button", 5)
+    page = render(lay)
+    assert lay.goal in page and all(e.label in page for e in lay.elements)
+    follow = layout("follow-link", 5)
+    assert "Confirm" in render(follow, follow.answer)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_every_bundled_task_is_a_harbor_task_with_a_start_url(task: str) -> None:
+    loaded = Task(task_dir(task))
+    assert loaded.config.metadata["start_url"] == "http://127.0.0.1:8000/"
+    assert (task_dir(task) / "tests" / "test.sh").stat().st_mode & 0o111
+    assert f"--task {task} " in (task_dir(task) / "environment" / "start.sh").read_text()
+
+
+def test_unknown_tasks_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown bundled task 'nope'"):
+        task_dir("nope")
+    assert task_dir("cua/sign-up").name == "sign-up"
+
+
+def test_verdicts_count_only_the_first_decisive_act() -> None:
+    click = layout("click-button", 1)
+    other = next(e.label for e in click.elements if e.label != click.answer)
+    assert reward(click, [{"click": click.answer}], None) == 1.0
+    assert reward(click, [{"click": other}, {"click": click.answer}], None) == 0.0
+    assert reward(click, [], None) == 0.0
+    form = layout("fill-form", 1)
+    assert reward(form, [{"submit": form.answer + " "}], None) == 1.0
+    assert reward(form, [{"submit": "x"}, {"submit": form.answer}], None) == 0.0
+    sign = layout("sign-up", 1)
+    assert reward(sign, [{"submit": sign.answer, "agreed": True}], None) == 1.0
+    assert reward(sign, [{"submit": sign.answer, "agreed": False}], None) == 0.0
+    read = layout("read-value", 1)
+    assert reward(read, [], f"{read.answer}\n") == 1.0
+    assert reward(read, [], "0000") == 0.0 and reward(read, [], None) == 0.0
+    link = layout("follow-link", 1)
+    assert reward(link, [{"confirm": link.answer}], None) == 1.0
+    assert reward(link, [{"confirm": ""}], None) == 0.0
+
+
+def test_the_oracle_plan_ends_with_the_confirmation_round_trip() -> None:
+    for task in TASKS:
+        plan = oracle_plan(layout(task, 2))
+        assert plan[-1].type == plan[-2].type and plan[-1].type in ("done", "answer")
+    assert oracle_plan(layout("fill-form", 2))[1] == Step("type", layout("fill-form", 2).answer)
+
+
+def test_find_color_returns_the_centre_on_the_normalized_grid() -> None:
+    pixels = np.full((100, 200, 3), 240, dtype=np.uint8)
+    pixels[40:60, 100:140] = (210, 40, 40)
+    assert find_color(pixels, (215, 45, 35)) == (600, 500)  # tolerant of lossy screenshots
+    assert find_color(pixels, (30, 160, 60)) is None
+
+
+def test_the_oracle_waits_until_its_target_is_on_screen_and_waits_do_not_count() -> None:
+    lay = layout("click-button", 4)
+    target = next(e for e in lay.elements if e.label == lay.answer)
+    blank = np.full((60, 80, 3), 255, dtype=np.uint8)
+    assert oracle_action(lay, [], blank)["type"] == "wait"
+    shown = blank.copy()
+    shown[10:30, 10:50] = target.color
+    action = oracle_action(lay, [reply_text({"type": "wait"})], shown)
+    assert action["type"] == "click" and 0 <= action["x"] <= 999
+    assert progress([reply_text({"type": "wait"}), reply_text(action), "not json"]) == 1
+    assert oracle_action(lay, [reply_text(action)], shown)["type"] == "done"
+    assert json.loads(reply_text(action))["action"] == action

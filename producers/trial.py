@@ -3,6 +3,7 @@ on the local desktop, talking to its gateway session; its outcome from the ``Tri
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -30,9 +31,18 @@ def trial_name(episode: EpisodeRun) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{episode.work.episode_id}.{episode.attempt}")
 
 
+def follow_process_log_level() -> None:
+    """Harbor pins its logger to DEBUG when imported (every trial's per-turn chatter on the console):
+    make it follow the process's level instead, at most as chatty as INFO."""
+    from harbor.utils.logger import logger
+
+    logger.setLevel(max(logging.getLogger().getEffectiveLevel(), logging.INFO))
+
+
 class TrialRunner:
     def __init__(self, config: ProducerConfig) -> None:
         self.config = config
+        follow_process_log_level()
 
     def trial_config(self, episode: EpisodeRun):  # -> harbor TrialConfig
         from harbor.models.task.task import Task

@@ -1,4 +1,5 @@
-"""The README's main job, end to end: `cua-stream demo` on its own broker, engine, gateway and scorer."""
+"""The README's main job, end to end: `cua-stream demo` with its defaults, on its own broker, engine,
+gateway, producer (Harbor trials on the local desktop, bundled tasks) and scorer."""
 
 from __future__ import annotations
 
@@ -11,25 +12,35 @@ import pytest
 
 from tests.conftest import broker_port, free_port
 
-pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.model,
+    pytest.mark.slow,
+    pytest.mark.desktop,
+    pytest.mark.skipif(os.geteuid() != 0, reason="the local desktop needs root (CI runs as root)"),
+]
 
 
-def test_demo_runs_groups_through_every_daemon(tmp_path: Path) -> None:
+def test_demo_runs_groups_of_real_episodes_through_every_daemon(tmp_path: Path) -> None:
     port = broker_port()
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_BROKER_PORT": str(port)}
     # The README's command with its defaults; only ports and the state directory are this test's own.
     cmd = [sys.executable, "-m", "cua_stream", "demo"]
     cmd += ["--engine-port", str(free_port()), "--gateway-port", str(free_port()), "--no-keep-broker"]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     lines = res.stdout.splitlines()
-    # every stage printed its events through the tap: 2 groups x 3 episodes, up to 3 turns each
-    assert sum(" turn ep=" in x for x in lines) >= 8
-    assert sum(" outcome ep=" in x for x in lines) == 6
+    # 2 groups x 2 episodes of two bundled tasks, each a Harbor trial whose every call the tap printed
+    outcomes = [x for x in lines if " outcome ep=" in x]
+    assert len(outcomes) == 4
+    assert sum("task=cua/click-button" in x for x in outcomes) == 2
+    assert sum("task=cua/fill-form" in x for x in outcomes) == 2
+    turns = [x for x in lines if " turn ep=" in x]
+    assert len(turns) >= 4 and all("images=" in x for x in turns)
+    assert sum(" images=1 " in x for x in turns) >= 4  # each episode's first call shows its desktop
     scores = [x for x in lines if " score ep=" in x]
-    assert len(scores) == 6
-    assert sum("DISCARD sandbox_lost" in x for x in scores) == 1
-    # a reply cut at the token cap ends its episode with reward 0, never a 409 and a crash
-    assert sum("(token_cap)" in x for x in scores) >= 1 and sum("(ok)" in x for x in scores) >= 3
-    assert "discard: sandbox_lost" in res.stdout and "token_cap" in res.stdout  # the summary table
-    assert "Traceback" not in res.stderr
+    assert len(scores) == 4 and all("reward=0 " in x for x in scores)  # a random policy solves nothing
+    assert "ended by" in res.stdout and "cua/fill-form" in res.stdout  # the summary table
+    trials = list((tmp_path / "home").rglob("demo-trials/*/result.json"))
+    assert len(trials) == 4  # Harbor's own record of each trial
+    assert "Traceback" not in res.stderr and " DEBUG " not in res.stderr

@@ -170,7 +170,9 @@ async def _run(producer: ProducerConfig, plan: DemoPlan, follow_after: float, st
 
 
 def _summary(outcomes: list[OutcomeEvent], scores: dict[str, ScoreEvent]) -> None:
-    table = Table("episode", "task", "calls", "ended by", "score", title=outcomes[0].run_id if outcomes else None)
+    table = Table(
+        "episode", "task", "calls", "ended by", "score", title=outcomes[0].run_id if outcomes else None
+    )
     for o in sorted(outcomes, key=lambda o: o.episode_id):
         verdict = scores[o.episode_id].verdict
         shown = (

@@ -25,6 +25,10 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     ``<topic prefix>.producers``."""
     concurrency: int = 2
     """Episodes run at once (each runs its own desktop: Xvfb, xfce4 and Chromium)."""
+    max_starts_per_s: float = 100.0
+    """Episodes started per second at most: a burst of work (a restart, a new run) is spread out instead of
+    opening every session and desktop in the same instant (a thundering herd on the gateway, and the
+    producer's own event loop stalls while hundreds of episodes take their first step together)."""
     environment: Environment = "local-desktop"
     """``local-desktop``: Harbor trials on per-episode namespaces of this host (needs root and the desktop
     packages: ``cua-stream desktop doctor``). ``scripted``: no Harbor, no desktop: episodes drawn from the
@@ -58,6 +62,8 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ConfigError(f"producer.gateway_url: expected an http(s) URL, got {self.gateway_url!r}")
         if self.scripted_action_latency_s < 0:
             raise ConfigError("producer.scripted_action_latency_s: must be >= 0")
+        if self.max_starts_per_s <= 0:
+            raise ConfigError("producer.max_starts_per_s: must be > 0")
         if self.concurrency < 1:
             raise ConfigError("producer.concurrency: must be >= 1")
         if self.max_turns < 1:

@@ -24,9 +24,11 @@ from collections.abc import Callable
 import anyio
 import httpx
 import msgspec
+from aiokafka.errors import KafkaError
 from anyio.abc import TaskStatus
 
 from cua_stream.bus.codec import Delivery
+from cua_stream.bus.connect import backoff_s
 from cua_stream.bus.consumer import EventConsumer
 from cua_stream.bus.producer import EventProducer
 from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase, WorkRequest, layout_seed
@@ -37,6 +39,7 @@ from producers.admission import admission, not_run_outcome
 from producers.attempts import AttemptClock
 from producers.config import ProducerConfig
 from producers.episode import EpisodeResult, EpisodeRun, EpisodeRunner
+from producers.http_pool import ClientPool
 from producers.ledger import OffsetLedger
 from producers.metrics import ProducerMetrics
 from producers.outcome import exception_from
@@ -44,6 +47,9 @@ from producers.policy import PolicyWatch
 from producers.sessions import GatewaySessions
 
 log = logging.getLogger(__name__)
+
+PUBLISH_ATTEMPTS = 30
+"""About four and a half minutes of backoff (``backoff_s``) before an outcome's publish gives up."""
 
 
 def make_runner(config: ProducerConfig) -> EpisodeRunner:
@@ -93,6 +99,8 @@ class Producer:
         self.running = 0
         self.metrics_port: int | None = None
         self._scopes: set[anyio.CancelScope] = set()
+        self._start_gate = anyio.Lock()
+        self._next_start = 0.0
 
     async def run(
         self,
@@ -107,12 +115,16 @@ class Producer:
             consumer = EventConsumer(
                 cfg.bus, [WORK], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency
             )
-            async with consumer, httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http:
+            async with consumer, ClientPool(2 * cfg.concurrency) as http:  # an open and a close per episode
                 consumer.on_revoke.append(lambda topic, partition: self.ledger.forget((topic, partition)))
                 sessions = GatewaySessions(http, cfg.gateway_url, cfg.gateway_api_key)
                 limiter = anyio.CapacityLimiter(cfg.concurrency)
                 async with anyio.create_task_group() as services:
                     services.start_soon(self.policy.run)
+                    if cfg.progress:
+                        from producers.progress import show_progress
+
+                        services.start_soon(show_progress, self)
                     if cfg.metrics_port is not None:
                         self.metrics_port = await services.start(
                             serve_metrics, self.metrics.registry.render, cfg.metrics_host, cfg.metrics_port
@@ -144,8 +156,7 @@ class Producer:
                 else:
                     self.in_hand[work.episode_id] = [delivery]
                     play(work, self.in_hand[work.episode_id])
-            self._commit_due(consumer)
-            await consumer.commit()
+            await self._commit(consumer)
             if stop.is_set():
                 return
             if len(self.in_hand) >= self.config.concurrency:
@@ -158,11 +169,18 @@ class Producer:
         cancel what is left; each cancelled episode publishes its ``abandoned`` outcome."""
         with anyio.move_on_after(self.config.drain_timeout_s):
             while self._scopes and not abandon.is_set():
-                self._commit_due(consumer)
-                await consumer.commit()
+                await self._commit(consumer)
                 await anyio.sleep(0.2)
         for scope in list(self._scopes):
             scope.cancel()
+
+    async def _commit(self, consumer: EventConsumer) -> None:
+        """Commit what the ledger allows; a broker hiccup only delays it (the next round commits)."""
+        self._commit_due(consumer)
+        try:
+            await consumer.commit()
+        except KafkaError as e:
+            log.warning("committing work offsets failed (%s); will retry", e)
 
     def _commit_due(self, consumer: EventConsumer) -> None:
         for topic, partition in self.ledger.partitions():  # type: ignore[misc]
@@ -183,11 +201,11 @@ class Producer:
         self._scopes.add(scope)  # registered at once: the drain waits for queued episodes too
         try:
             async with limiter:
+                await self._paced_start()
                 if stop.is_set():
                     return  # not started: left uncommitted, re-delivered to the next producer
                 result = await self._play(work, sessions, scope)
-            with anyio.CancelScope(shield=True):
-                await out.publish(OUTCOMES, result.outcome)
+            await self._publish_outcome(out, result.outcome)
             self.published += 1
             self.metrics.record(result.outcome, result.env_start_s)
             for d in deliveries:
@@ -195,6 +213,29 @@ class Producer:
         finally:
             self._scopes.discard(scope)
             self.in_hand.pop(work.episode_id, None)
+
+    async def _publish_outcome(self, out: EventProducer, outcome: OutcomeEvent) -> None:
+        """Publish durably, through a broker outage (shielded: an episode's result is never dropped on the
+        floor by a shutdown); after ``PUBLISH_ATTEMPTS`` the error ends the daemon, and the request, still
+        uncommitted, is run again by the next producer."""
+        with anyio.CancelScope(shield=True):
+            for attempt in range(1, PUBLISH_ATTEMPTS + 1):
+                try:
+                    await out.publish(OUTCOMES, outcome)
+                    return
+                except KafkaError as e:
+                    if attempt == PUBLISH_ATTEMPTS:
+                        raise
+                    log.warning("publishing the outcome of %s failed (%s); retrying", outcome.episode_id, e)
+                    await anyio.sleep(backoff_s(attempt))
+
+    async def _paced_start(self) -> None:
+        """Wait for this episode's start slot (``max_starts_per_s``; FIFO)."""
+        async with self._start_gate:
+            now = time.monotonic()
+            slot = max(now, self._next_start)
+            self._next_start = slot + 1.0 / self.config.max_starts_per_s
+            await anyio.sleep(slot - now)
 
     async def _play(
         self, work: WorkRequest, sessions: GatewaySessions, scope: anyio.CancelScope

@@ -38,6 +38,8 @@ class ProducerMetrics:
         )
         self.tally: Tally[str] = Tally()
         """Finished episodes by ``verdict:reason``, for the progress table."""
+        self.total_turns = 0
+        self.env_starts: list[float] = []
 
     def record(self, outcome: OutcomeEvent, env_start_s: float | None) -> None:
         """Count a published outcome, with the verdict the scorer will give it (the same pure table)."""
@@ -46,8 +48,10 @@ class ProducerMetrics:
         self.finished.inc(verdict=kind, reason=verdict.reason)
         self.tally[f"{kind}:{verdict.reason}"] += 1
         self.turns.inc(outcome.n_turns)
+        self.total_turns += outcome.n_turns
         self.calls.inc(outcome.n_calls)
         self.episode_seconds_sum.inc(max(0.0, outcome.finished_at - outcome.started_at))
         if env_start_s is not None:
             self.env_start_sum.inc(env_start_s)
             self.env_start_count.inc()
+            self.env_starts = [*self.env_starts[-99:], env_start_s]

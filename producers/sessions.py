@@ -11,6 +11,7 @@ import httpx
 
 from cua_stream.config import Secret
 from cua_stream.events import WorkRequest
+from producers.http_pool import ClientPool
 
 log = logging.getLogger(__name__)
 
@@ -20,6 +21,7 @@ OPEN_RETRIES = 5
 @dataclass(frozen=True)
 class OpenSession:
     session_id: str
+    episode_id: str
     url: str
     """The OpenAI-compatible base URL the agent talks to."""
     key: Secret
@@ -27,7 +29,7 @@ class OpenSession:
 
 
 class GatewaySessions:
-    def __init__(self, http: httpx.AsyncClient, gateway_url: str, api_key: Secret | None) -> None:
+    def __init__(self, http: ClientPool, gateway_url: str, api_key: Secret | None) -> None:
         self.http = http
         self.gateway_url = gateway_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key.reveal()}"} if api_key else {}
@@ -44,12 +46,14 @@ class GatewaySessions:
         }
         for n in range(1, OPEN_RETRIES + 1):
             try:
-                r = await self.http.post(f"{self.gateway_url}/sessions", json=body, headers=self._headers)
+                http = self.http.client(work.episode_id)
+                r = await http.post(f"{self.gateway_url}/sessions", json=body, headers=self._headers)
                 if r.status_code != 503 or n == OPEN_RETRIES:
                     r.raise_for_status()
                     got = r.json()
                     return OpenSession(
                         session_id=got["session_id"],
+                        episode_id=work.episode_id,
                         url=self.gateway_url + got["base_url"],
                         key=Secret(got.get("session_key") or "no-key"),
                         context_length=int(got.get("context_length") or 32768),
@@ -64,13 +68,18 @@ class GatewaySessions:
     async def close(self, session: OpenSession) -> dict[str, Any]:
         """Close the session; its report (calls, turns, statuses). Empty if the gateway lost it."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(30):
-            try:
-                r = await self.http.delete(
-                    f"{self.gateway_url}/sessions/{session.session_id}", headers=self._headers
-                )
-                if r.status_code == 200:
-                    return r.json()
-                log.warning("closing session %s: gateway answered %d", session.session_id, r.status_code)
-            except httpx.TransportError as e:
-                log.warning("closing session %s: %s", session.session_id, e)
+            # twice: after a long episode the pooled connection may be one the server has since closed
+            for attempt in (1, 2):
+                try:
+                    r = await self.http.client(session.episode_id).delete(
+                        f"{self.gateway_url}/sessions/{session.session_id}", headers=self._headers
+                    )
+                    if r.status_code == 200:
+                        report = r.json()
+                        return report if isinstance(report, dict) else {}
+                    log.warning("closing session %s: gateway answered %d", session.session_id, r.status_code)
+                    break
+                except (httpx.TransportError, ValueError) as e:
+                    if attempt == 2:
+                        log.warning("closing session %s: %s", session.session_id, e)
         return {}

@@ -39,3 +39,33 @@ def test_attempts_are_start_times_in_ms_and_strictly_increase() -> None:
     assert clock.next(1_700_000_000.0) == first + 1  # same millisecond: still a new attempt
     assert clock.next(1_699_999_999.0) == first + 2  # the wall clock stepped back: still increasing
     assert clock.next(1_700_000_005.0) == 1_700_000_005_000
+
+
+def test_the_progress_table_shows_running_published_and_verdicts() -> None:
+    from rich.console import Console
+
+    from cua_stream.events import OutcomeEvent
+    from producers.config import ProducerConfig
+    from producers.daemon import Producer
+    from producers.progress import progress_table
+
+    producer = Producer(ProducerConfig(environment="scripted"))
+    outcome = OutcomeEvent(
+        run_id="r",
+        group_id="g",
+        episode_id="e",
+        task="t",
+        policy_version=0,
+        agent_started=True,
+        rewards={"reward": 1.0},
+        n_turns=4,
+        started_at=1.0,
+        finished_at=3.0,
+    )
+    producer.metrics.record(outcome, env_start_s=1.5)
+    producer.published = 1
+    console = Console(width=100, record=True)
+    console.print(progress_table(producer, 12.0, 0.5))
+    text = console.export_text()
+    assert "outcomes published" in text and "reward:ok" in text and "1.50 s" in text and "0.50" in text
+    assert "cua_producer_turns_total 4\n" in producer.metrics.registry.render()

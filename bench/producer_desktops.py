@@ -56,8 +56,8 @@ async def one_level(
     bus: BusConfig, gateway_url: str, desktops: int, per: int, turns: int, trials: Path
 ) -> dict:
     run_id = f"bench{desktops}-{uuid.uuid4().hex[:6]}"
-    plan = DemoPlan(groups=desktops * per, group_size=1, turns=turns)
-    work = demo_work(run_id, plan)
+    plan = DemoPlan(group_size=1, turns=turns)
+    work = demo_work(run_id, plan, desktops * per)
     config = ProducerConfig(
         gateway_url=gateway_url,
         concurrency=desktops,

@@ -1,10 +1,11 @@
-"""The embedded local demo's plan: which work it issues, and the tiny model it serves.
+"""The embedded local demo's plan: the trainer it runs, the work, and the tiny model it serves.
 
-The demo runs the real path: work requests on the work topic, the rollout producer running each as a
-Harbor computer-1 trial on the local desktop (a bundled task, its layout drawn from the group's seed),
+The demo runs the whole loop: the trainer issues work requests on the work topic, the rollout producer
+runs each as a Harbor computer-1 trial on the local desktop (a bundled task, its layout drawn from the group's seed),
 through the session gateway and the CPU engine (a tiny random Qwen3-VL), and the exactly-once scorer.
 A random policy earns 0 on every task: a reply cut at the token cap ends its episode with reward 0
-(``token_cap``), the others run to the turn limit and the verifier says 0 (``ok``). The tasks' own oracle
+(``token_cap``), the others run to the turn limit and the verifier says 0 (``ok``); the trainer joins each
+group's turns and scores, trains a GRPO step and loads the weights on the engine. The tasks' own oracle
 (``cua_stream.tasks.policies``) shows they can be solved.
 """
 
@@ -13,11 +14,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from consumers.trainer.feeder import work_for_group
-from cua_stream.config import cache_dir
+from cua_stream.config import BusConfig, cache_dir
 from cua_stream.events import WorkRequest
 from cua_stream.tasks import TASKS
+
+if TYPE_CHECKING:
+    from consumers.trainer.config import TrainerConfig
 
 MODEL_DIR_NAME = "tiny-qwen3-vl-v1"
 TEMPERATURE = 1.0
@@ -25,7 +30,8 @@ TEMPERATURE = 1.0
 
 @dataclass(frozen=True)
 class DemoPlan:
-    groups: int = 2
+    steps: int = 3
+    """GRPO steps, one group each."""
     group_size: int = 2
     turns: int = 3
     concurrency: int = 2
@@ -43,12 +49,13 @@ def tiny_model_dir() -> Path:
     return path
 
 
-def demo_work(run_id: str, plan: DemoPlan) -> list[WorkRequest]:
-    """``plan.groups`` GRPO groups, one bundled task each (in order), ``plan.group_size`` episodes apiece."""
+def demo_work(run_id: str, plan: DemoPlan, groups: int) -> list[WorkRequest]:
+    """``groups`` GRPO groups, one bundled task each (in order), ``plan.group_size`` episodes apiece (what
+    the trainer's feeder issues; for runs without a trainer)."""
     sampling = {"temperature": TEMPERATURE, "max_new_tokens": plan.max_new_tokens}
     return [
         work
-        for g in range(plan.groups)
+        for g in range(groups)
         for work in work_for_group(
             run_id,
             g,
@@ -59,3 +66,26 @@ def demo_work(run_id: str, plan: DemoPlan) -> list[WorkRequest]:
             now=time.time(),
         )
     ]
+
+
+def trainer_config(
+    run_id: str, plan: DemoPlan, model: Path, engine_url: str, gateway_url: str, bus: BusConfig
+) -> TrainerConfig:
+    """The demo's trainer: one group per step, the bundled tasks in turn, weights pushed to the engine."""
+    from consumers.trainer.config import TrainerConfig
+
+    return TrainerConfig(
+        run_id=run_id,
+        model_path=str(model),
+        tasks=list(TASKS),
+        group_size=plan.group_size,
+        groups_per_step=1,
+        max_staleness=1,
+        max_steps=plan.steps,
+        temperature=TEMPERATURE,
+        max_new_tokens=plan.max_new_tokens,
+        lr=1e-4,
+        engine_url=engine_url,
+        gateway_url=gateway_url,
+        bus=bus,
+    )

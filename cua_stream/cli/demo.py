@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import anyio
+import httpx
 import msgspec
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cua_stream.broker import BrokerConfig, LocalBroker
@@ -19,8 +23,9 @@ from cua_stream.tap import follow
 from cua_stream.topics import ALL, SCORES
 
 if TYPE_CHECKING:
+    from consumers.trainer.config import TrainerConfig
     from cua_stream.demo import DemoPlan
-    from cua_stream.events import OutcomeEvent, ScoreEvent
+    from cua_stream.events import OutcomeEvent, ScoreEvent, TrainStep
     from producers.config import ProducerConfig
 
 out = Console(highlight=False)
@@ -28,7 +33,7 @@ out = Console(highlight=False)
 
 @friendly_errors
 def demo(
-    groups: Annotated[int, typer.Option(help="GRPO groups to run (one bundled task each).")] = 2,
+    steps: Annotated[int, typer.Option(help="GRPO steps to train (one group of one bundled task each).")] = 3,
     group_size: Annotated[int, typer.Option(help="Episodes per group.")] = 2,
     turns: Annotated[int, typer.Option(help="computer-1's turn limit per episode.")] = 3,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
@@ -43,13 +48,14 @@ def demo(
     keep_broker: Annotated[bool, typer.Option(help="Leave the broker running afterwards.")] = True,
     config: ConfigFile = None,
 ) -> None:
-    """Broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer (Harbor computer-1 trials on
-    the local desktop, bundled tasks), the scorer and a live tap; every event prints as it lands."""
+    """The whole loop on one machine: broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer
+    (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch,
+    new weights loaded on the engine each step) and a live tap; every event prints as it lands."""
     from cua_stream.demo import DemoPlan, tiny_model_dir
     from cua_stream.procs import child
     from producers.config import producer_config
 
-    plan = DemoPlan(groups=groups, group_size=group_size, turns=turns, concurrency=concurrency)
+    plan = DemoPlan(steps=steps, group_size=group_size, turns=turns, concurrency=concurrency)
     file_data = load_file(config)
     trials = state_dir() / "demo-trials"
     producer_overrides = {
@@ -58,6 +64,7 @@ def demo(
         "max_turns": turns,
         "gateway_url": f"http://127.0.0.1:{gateway_port}",
         "trials_dir": str(trials),
+        "drain_timeout_s": 120.0,  # at the end, episodes in hand finish (or are abandoned, saying so)
     }
     producer = producer_config(file_data, producer_overrides)  # a bad setting fails before anything starts
     if producer.environment == "local-desktop":
@@ -65,7 +72,7 @@ def demo(
 
         require_desktop()
     broker = LocalBroker(build(BrokerConfig, "broker", file_data=file_data))
-    step = _Steps(6)
+    step = _Steps(5)
     step("starting the local Kafka broker (the first run downloads ~45 MB of jars)")
     out.print("    " + broker.start().describe())
     bus = build(
@@ -105,7 +112,7 @@ def demo(
             child(engine_args, f"{engine_url}/health", logs / "engine.log"),
             child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"),
         ):
-            anyio.run(_run, producer, plan, follow_after, step)
+            anyio.run(_run, producer, model, engine_url, plan, follow_after, step)
     except KeyboardInterrupt:
         pass
     finally:
@@ -122,67 +129,106 @@ class _Steps:
         out.print(f"[bold]{self.n}/{self.total}[/bold] {what}")
 
 
-async def _run(producer: ProducerConfig, plan: DemoPlan, follow_after: float, step: _Steps) -> None:
+async def _run(
+    producer: ProducerConfig,
+    model: Path,
+    engine_url: str,
+    plan: DemoPlan,
+    follow_after: float,
+    step: _Steps,
+) -> None:
+    from transformers.utils import logging as transformers_logging
+
     from consumers.scorer.daemon import Scorer, ScorerConfig
-    from cua_stream.bus.producer import EventProducer
+    from consumers.trainer.daemon import Trainer, describe_step
     from cua_stream.bus.reader import scan
-    from cua_stream.demo import demo_work
-    from cua_stream.topics import OUTCOMES, WORK
+    from cua_stream.demo import trainer_config
+    from cua_stream.topics import OUTCOMES
     from producers.daemon import Producer
 
+    transformers_logging.disable_progress_bar()  # the demo's own progress bar is the one to watch
     bus = producer.bus
-    run_id = f"demo-{time.strftime('%H%M%S')}"
-    work = demo_work(run_id, plan)
-    wanted = {w.episode_id for w in work}
-    scorer = Scorer(ScorerConfig(bus=bus))  # aiokafka clients are built inside the running loop
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        await tg.start(scorer.run)
-        tg.start_soon(
-            lambda: follow(
-                bus, list(ALL), emit=lambda line: out.print("    " + line, markup=False, soft_wrap=True)
-            )
-        )
-        await tg.start(lambda task_status: Producer(producer).run(stop=stop, task_status=task_status))
-        where = "local desktops" if producer.environment == "local-desktop" else "the scripted environment"
-        step(
-            f"issuing {plan.groups} group(s) x {plan.group_size} episode(s) of the bundled tasks; the producer "
-            f"runs them on {where}, {plan.concurrency} at once, up to {plan.turns} turn(s) each (trials in "
-            f"{producer.trials_path})"
-        )
-        async with EventProducer(bus) as issue:
-            for w in work:
-                await issue.publish(WORK, w)
-        while True:
-            scores = {
-                d.event.episode_id: d.event async for d in scan(bus, SCORES) if d.event.episode_id in wanted
-            }
-            if len(scores) == len(wanted):
-                break
-            await anyio.sleep(1.0)
-        outcomes = [d.event async for d in scan(bus, OUTCOMES) if d.event.episode_id in wanted]
-        stop.set()
-        await anyio.sleep(1.0)  # let the tap print the last scores
-        _summary(outcomes, scores)
-        if follow_after:
-            await anyio.sleep(follow_after)
-        tg.cancel_scope.cancel()
-
-
-def _summary(outcomes: list[OutcomeEvent], scores: dict[str, ScoreEvent]) -> None:
-    table = Table(
-        "episode", "task", "calls", "ended by", "score", title=outcomes[0].run_id if outcomes else None
+    config = trainer_config(
+        f"demo-{time.strftime('%H%M%S')}", plan, model, engine_url, producer.gateway_url, bus
     )
-    for o in sorted(outcomes, key=lambda o: o.episode_id):
-        verdict = scores[o.episode_id].verdict
-        shown = (
-            f"discard: {verdict.reason}"
-            if verdict.__struct_config__.tag == "discard"
-            else f"{verdict.value:.2f} ({verdict.reason})"
-        )
-        end = o.exception.type if o.exception else (o.early_termination_reason or "")
-        table.add_row(o.episode_id.removeprefix(f"{o.run_id}-"), o.task, str(o.n_calls), end, shown)
+    steps: list[TrainStep] = []
+    with Progress(
+        TextColumn("[bold]GRPO[/bold] step {task.completed}/{task.total}"), BarColumn(), TimeElapsedColumn(),
+        console=out, transient=True,
+    ) as progress:  # fmt: skip
+        bar = progress.add_task("steps", total=plan.steps)
+
+        def on_step(event: TrainStep) -> None:
+            steps.append(event)
+            progress.update(bar, completed=event.step)
+            out.print(f"    [bold green]step {event.step}[/bold green]: {describe_step(event)}")
+
+        stop_producer = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            await tg.start(Scorer(ScorerConfig(bus=bus)).run)
+            tg.start_soon(
+                lambda: follow(
+                    bus, list(ALL), emit=lambda line: out.print("    " + line, markup=False, soft_wrap=True)
+                )
+            )
+            await tg.start(
+                lambda task_status: Producer(producer).run(stop=stop_producer, task_status=task_status)
+            )
+            where = (
+                "local desktops" if producer.environment == "local-desktop" else "the scripted environment"
+            )
+            step(
+                f"training {plan.steps} GRPO step(s): the trainer issues groups of {plan.group_size} episodes of "
+                f"the bundled tasks; the producer runs them on {where}, {plan.concurrency} at once, up to "
+                f"{plan.turns} turn(s) each; each step's weights are loaded on the engine"
+            )
+            await Trainer(config, on_step=on_step).run()
+            stop_producer.set()  # the groups still in flight finish (their records stay on the log)
+            async with httpx.AsyncClient(timeout=30) as http:
+                served = (await http.get(f"{engine_url}/get_model_info")).json().get("weight_version")
+            await anyio.sleep(1.0)  # let the tap print the last records
+            trained = {g for s in steps for g in s.group_ids}
+            scores = [d.event async for d in scan(bus, SCORES) if d.event.group_id in trained]
+            outcomes = {
+                d.event.episode_id: d.event async for d in scan(bus, OUTCOMES) if d.event.group_id in trained
+            }
+            _summary(steps, scores, outcomes, served, config, producer)
+            if follow_after:
+                await anyio.sleep(follow_after)
+            tg.cancel_scope.cancel()
+
+
+def _summary(
+    steps: list[TrainStep],
+    scores: list[ScoreEvent],
+    outcomes: dict[str, OutcomeEvent],
+    served: str | None,
+    trainer: TrainerConfig,
+    producer: ProducerConfig,
+) -> None:
+    table = Table("step", "policy version", "groups", "episodes", "mean reward", "logprob gap", "grad norm",
+                  title=f"run {trainer.run_id}")  # fmt: skip
+    for s in steps:
+        m = s.metrics
+        table.add_row(
+            str(s.step), str(s.policy_version), str(s.n_groups), str(s.n_episodes),
+            f"{m.get('mean_reward', 0.0):.2f}", f"{m.get('logprob_gap', 0.0):.2e}", f"{m.get('grad_norm', 0.0):.3f}",
+        )  # fmt: skip
     out.print(table)
-    out.print("A random tiny policy earns 0 on every task (the bundled tasks' oracle solves each one).")
+    verdicts = Counter(
+        f"discard: {v.reason}" if v.__struct_config__.tag == "discard" else f"reward {v.value:g} ({v.reason})"
+        for v in (sc.verdict for sc in scores)
+    )
+    tasks = Counter(o.task for o in outcomes.values())
+    out.print(f"episodes trained: {len(scores)} ({', '.join(f'{t} x{n}' for t, n in sorted(tasks.items()))})")
+    out.print("verdicts: " + ", ".join(f"{k} x{n}" for k, n in sorted(verdicts.items())))
+    out.print(
+        f"policy versions: 0 -> {steps[-1].policy_version if steps else 0}; the engine serves v{served}"
+    )
+    out.print(f"checkpoints and weights: {trainer.checkpoints}")
+    out.print(f"screenshots (blob store): {trainer.blobs}")
+    out.print(f"Harbor trials: {producer.trials_path}; daemon logs: {state_dir() / 'demo-logs'}")
+    out.print("A random tiny policy earns 0 on every task (the bundled tasks' oracle solves each one), so these "
+              "steps move no weights yet: the loop, not the learning, is what this shows.")  # fmt: skip
     out.print("Replay any of it: [bold]cua-stream replay --topic turns -o turns.jsonl[/bold]; "
               "follow it live: [bold]cua-stream tap[/bold]")  # fmt: skip

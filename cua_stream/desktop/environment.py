@@ -41,6 +41,14 @@ _START_X = (
 )
 
 
+def python_dirs() -> list[Path]:
+    """This process's Python environment and cua-stream's source: the episode runs ``CUA_PYTHON`` (task
+    servers, verifiers), so it must see them even when they live under /tmp (a checkout in /tmp)."""
+    import cua_stream
+
+    return [Path(sys.prefix), Path(cua_stream.__file__).resolve().parents[1]]
+
+
 class LocalDesktopEnvironment(BaseEnvironment):
     _namespace: EpisodeNamespace | None = None
 
@@ -68,7 +76,7 @@ class LocalDesktopEnvironment(BaseEnvironment):
     async def start(self, force_build: bool) -> None:
         for sub in LOG_DIRS:  # Harbor's containers get these from their image; the verifier writes to them
             (self.root / "logs" / sub).mkdir(parents=True, exist_ok=True)
-        self._namespace = EpisodeNamespace(self.root)
+        self._namespace = EpisodeNamespace(self.root, keep=python_dirs())
         await anyio.to_thread.run_sync(self._namespace.start)
         size = (self._merge_env(None) or {}).get(DESKTOP_SIZE_ENV)
         if size:

@@ -27,6 +27,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,16 +70,35 @@ class CommandResult:
 READY = "cua-namespace-ready"
 
 
-def _setup_script(root: Path) -> str:
+def keep_host_dirs(paths: Sequence[Path]) -> list[str]:
+    """Commands that make host directories under /tmp visible again over the private /tmp, at the same
+    paths (fd 9 holds the host's /tmp from before the tmpfs; a bind through /proc/self/fd follows it)."""
+    q = shlex.quote
+    out = []
+    for path in paths:
+        rel = path.resolve().relative_to("/tmp")
+        # --no-canonicalize: mount(8) would resolve the /proc link to its text, "/tmp/...", the new tmpfs
+        out += [
+            f"mkdir -p {q(str(path))}",
+            f"mount --no-canonicalize --bind /proc/self/fd/9/{q(str(rel))} {q(str(path))}",
+        ]
+    return out
+
+
+def _setup_script(root: Path, keep: Sequence[Path] = ()) -> str:
     """Bind the episode's directories first (the episode root may itself be under /tmp, which the tmpfs
-    then hides), then the private /tmp; say so on stdout (the host's log file) when done."""
+    then hides), then the private /tmp, with ``keep`` (host directories under /tmp the episode must still
+    see: this process's Python environment when it lives there); say so on stdout when done."""
     q = shlex.quote
     return " && ".join(
         [
             "mkdir -p /logs /tests",
             f"mount --bind {q(str(root / 'logs'))} /logs",
             f"mount --bind {q(str(root / 'tests'))} /tests",
+            "exec 9</tmp",
             "mount -t tmpfs -o mode=1777 tmpfs /tmp",
+            *keep_host_dirs([p for p in keep if p.resolve().is_relative_to("/tmp")]),
+            "exec 9<&-",
             # computer-1 starts Xvfb with -fbdir /var/tmp: the framebuffer is a file there, and two
             # episodes sharing /var/tmp would draw into one screen
             "mount -t tmpfs -o mode=1777 tmpfs /var/tmp",
@@ -116,9 +136,11 @@ def stop_all() -> int:
 class EpisodeNamespace:
     """Start with ``start()``, run commands with ``run()``, end everything with ``stop()``."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, keep: Sequence[Path] = ()) -> None:
         self.root = root
         """Host directory of the episode: ``logs/`` and ``tests/`` (seen as /logs and /tests inside)."""
+        self.keep = tuple(keep)
+        """Host directories under /tmp that stay visible inside (the private /tmp would hide them)."""
         self._unshare: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
         self.init_pid: int | None = None
@@ -135,11 +157,11 @@ class EpisodeNamespace:
         # a crashed producer leaves no desktops behind.
         lifeline_r, self._lifeline = os.pipe()
         script = (
-            f"{_setup_script(self.root)} || exit 1; trap 'exit 0' TERM; trap : CHLD; "
+            f"{_setup_script(self.root, self.keep)} || exit 1; trap 'exit 0' TERM; trap : CHLD; "
             f"{{ cat <&{lifeline_r} >/dev/null; kill -TERM 1; }} & "
             "while :; do sleep 3600 & wait $!; done"
         )
-        with open(self.root / "namespace.log", "ab") as log:
+        with open(self.root / "namespace.log", "wb") as log:  # a fresh log: READY must be this start's
             self._unshare = subprocess.Popen(
                 ["unshare", "--mount", "--pid", "--net", "--fork", "--mount-proc", "--propagation", "private",
                  "bash", "-c", script],

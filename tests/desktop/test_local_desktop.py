@@ -118,6 +118,27 @@ async def test_stop_leaves_nothing_of_the_episode_on_the_host(tmp_path: Path) ->
         await env.exec("true")
 
 
+def test_host_dirs_under_tmp_that_the_episode_needs_stay_visible(tmp_path: Path) -> None:
+    """A checkout (and its virtualenv) under /tmp: the private /tmp would hide it from the episode's task
+    server and verifier; the kept directories are bound back at their paths, nothing else of /tmp is."""
+    from cua_stream.desktop.namespace import EpisodeNamespace
+
+    kept, hidden = tmp_path / "checkout", tmp_path / "other"
+    kept.mkdir()
+    hidden.mkdir()
+    (kept / "code.py").write_text("print('from the checkout')\n")
+    (hidden / "secret.txt").write_text("host /tmp\n")
+    ns = EpisodeNamespace(tmp_path / "episode", keep=[kept])
+    ns.start()
+    try:
+        assert ns.run(f"python3 {kept / 'code.py'}").stdout == "from the checkout\n"
+        assert ns.run(f"cat {hidden / 'secret.txt'}").return_code != 0
+        assert ns.run(f"touch {kept / 'made-inside'}").return_code == 0  # the same directory, not a copy
+    finally:
+        ns.stop()
+    assert (kept / "made-inside").exists()
+
+
 def test_a_killed_owner_leaves_no_episode_behind(tmp_path: Path) -> None:
     """The owner of a namespace dies by kill -9 (a crashed producer): the episode's processes end too."""
     import signal

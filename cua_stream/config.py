@@ -161,8 +161,13 @@ def build[T: msgspec.Struct](
     merged: dict[str, Any] = dict((file_data or {}).get(section, {}) or {})
     merged.update(_env_overrides(section, cls, os.environ if env is None else env))
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return convert(cls, section, merged)
+
+
+def convert[T: msgspec.Struct](cls: type[T], section: str, values: Mapping[str, Any]) -> T:
+    """``values`` as config ``cls`` (strings coerced, secrets wrapped); errors name ``section.field``."""
     try:
-        return msgspec.convert(merged, cls, strict=False, dec_hook=_dec_hook)
+        return msgspec.convert(values, cls, strict=False, dec_hook=_dec_hook)
     except msgspec.ValidationError as e:
         raise ConfigError(_name_field(section, str(e))) from None
 

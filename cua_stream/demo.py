@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from consumers.trainer.feeder import work_for_group
 from cua_stream.config import BusConfig, cache_dir
@@ -68,6 +68,27 @@ def demo_work(run_id: str, plan: DemoPlan, groups: int) -> list[WorkRequest]:
     ]
 
 
+def demo_settings(plan: DemoPlan) -> dict[str, dict[str, Any]]:
+    """The demo's settings per daemon section (also the ``local-demo`` launch preset)."""
+    return {
+        "producer": {
+            "concurrency": plan.concurrency,
+            "max_turns": plan.turns,
+            "drain_timeout_s": 120.0,  # at the end, episodes in hand finish (or are abandoned, saying so)
+        },
+        "trainer": {
+            "tasks": list(TASKS),
+            "group_size": plan.group_size,
+            "groups_per_step": 1,
+            "max_staleness": 1,
+            "max_steps": plan.steps,
+            "temperature": TEMPERATURE,
+            "max_new_tokens": plan.max_new_tokens,
+            "lr": 1e-4,
+        },
+    }
+
+
 def trainer_config(
     run_id: str, plan: DemoPlan, model: Path, engine_url: str, gateway_url: str, bus: BusConfig
 ) -> TrainerConfig:
@@ -77,15 +98,8 @@ def trainer_config(
     return TrainerConfig(
         run_id=run_id,
         model_path=str(model),
-        tasks=list(TASKS),
-        group_size=plan.group_size,
-        groups_per_step=1,
-        max_staleness=1,
-        max_steps=plan.steps,
-        temperature=TEMPERATURE,
-        max_new_tokens=plan.max_new_tokens,
-        lr=1e-4,
         engine_url=engine_url,
         gateway_url=gateway_url,
         bus=bus,
+        **demo_settings(plan)["trainer"],
     )

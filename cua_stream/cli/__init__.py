@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "replay": "cua_stream.cli.replay:replay",
     "tap": "cua_stream.cli.tap:tap",
     "demo": "cua_stream.cli.demo:demo",
+    "launch": "cua_stream.cli.launch:launch",
     "producer": "cua_stream.cli.producer:producer",
     "scorer": "cua_stream.cli.scorer:scorer",
     "trainer": "cua_stream.cli.trainer:trainer",

@@ -51,7 +51,7 @@ def demo(
     """The whole loop on one machine: broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer
     (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch,
     new weights loaded on the engine each step) and a live tap; every event prints as it lands."""
-    from cua_stream.demo import DemoPlan, tiny_model_dir
+    from cua_stream.demo import DemoPlan, demo_settings, tiny_model_dir
     from cua_stream.procs import child
     from producers.config import producer_config
 
@@ -59,12 +59,10 @@ def demo(
     file_data = load_file(config)
     trials = state_dir() / "demo-trials"
     producer_overrides = {
+        **demo_settings(plan)["producer"],
         "environment": environment,
-        "concurrency": concurrency,
-        "max_turns": turns,
         "gateway_url": f"http://127.0.0.1:{gateway_port}",
         "trials_dir": str(trials),
-        "drain_timeout_s": 120.0,  # at the end, episodes in hand finish (or are abandoned, saying so)
     }
     producer = producer_config(file_data, producer_overrides)  # a bad setting fails before anything starts
     if producer.environment == "local-desktop":

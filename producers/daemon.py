@@ -120,7 +120,7 @@ class Producer:
                 sessions = GatewaySessions(http, cfg.gateway_url, cfg.gateway_api_key)
                 limiter = anyio.CapacityLimiter(cfg.concurrency)
                 async with anyio.create_task_group() as services:
-                    services.start_soon(self.policy.run)
+                    await services.start(self.policy.run)  # admission needs the versions so far
                     if cfg.progress:
                         from producers.progress import show_progress
 

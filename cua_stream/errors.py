@@ -83,6 +83,10 @@ class BlobNotFound(BlobError, KeyError):
     """No blob with this sha256 in the store (the claim-check points nowhere)."""
 
 
+class BlobStoreUnavailable(BlobError):
+    """The blob store cannot be reached or used (bucket missing, no credentials): fails at start."""
+
+
 class BlobCorrupted(BlobError):
     """The stored bytes no longer hash to their name."""
 
@@ -189,6 +193,7 @@ POLICY: dict[type[CuaError], Action] = {
     BlobError: Action.CRASH,
     BlobNotFound: Action.DEAD_LETTER,
     BlobCorrupted: Action.CRASH,
+    BlobStoreUnavailable: Action.CRASH,
     BrokerError: Action.CRASH,
     BusUnavailable: Action.RETRY,
     TopicMissing: Action.CRASH,

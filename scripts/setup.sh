@@ -36,7 +36,7 @@ fi
 stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
   echo "setup: installing cua-stream and its pinned dependencies (first time: a few minutes, ~6 GB with torch)"
-  .venv/bin/python -m pip install -q -e '.[dev,megatron]'
+  .venv/bin/python -m pip install -q -e '.[dev,megatron,s3]'
   echo "$stamp" > .venv/.cua-installed
 fi
 

@@ -52,7 +52,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     checkpoint_dir: str = ""
     """Checkpoints and published weights; empty: ``<state dir>/trainer/<run_id>``."""
     blob_dir: str = ""
-    """The blob store the gateway writes screenshots to; empty: ``<state dir>/blobs``."""
+    """The blob store the gateway writes screenshots to (a directory or ``s3://bucket/prefix``); empty:
+    ``<state dir>/blobs``."""
     engine_url: str = ""
     """Where new weights are loaded (``/update_weights_from_disk``); empty: not pushed."""
     gateway_url: str = ""
@@ -109,8 +110,10 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return Path(self.checkpoint_dir) if self.checkpoint_dir else state_dir() / "trainer" / self.run_id
 
     @property
-    def blobs(self) -> Path:
-        return Path(self.blob_dir) if self.blob_dir else state_dir() / "blobs"
+    def blobs(self) -> str:
+        """The blob store's location: a directory, or ``s3://bucket/prefix`` (not a Path: it would fold
+        the URL's ``//``)."""
+        return self.blob_dir or str(state_dir() / "blobs")
 
 
 def trainer_config(

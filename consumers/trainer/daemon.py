@@ -53,7 +53,7 @@ from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.samples import CallTreeError, Sample, assemble
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import engine_version, push_weights
-from cua_stream.blobs import LocalBlobStore
+from cua_stream.blobs import open_blob_store
 from cua_stream.bus.consumer import (
     decode_message,
     make_kafka_consumer,
@@ -123,7 +123,7 @@ class Trainer:
             )
         backend = TorchBackend(
             self.config.model_path,
-            LocalBlobStore(self.config.blobs),
+            open_blob_store(self.config.blobs),
             temperature=self.config.temperature,
             lr=self.config.lr,
             max_grad_norm=self.config.max_grad_norm,

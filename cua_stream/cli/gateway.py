@@ -20,7 +20,9 @@ def gateway(
     ] = None,
     host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default 8000).")] = None,
-    blob_dir: Annotated[str | None, typer.Option(help="Screenshot blob store directory.")] = None,
+    blob_dir: Annotated[
+        str | None, typer.Option(help="Screenshot blob store: a directory or s3://bucket/prefix.")
+    ] = None,
     max_new_tokens_cap: Annotated[
         int | None, typer.Option(help="Most completion tokens one call may ask for (default 4096).")
     ] = None,

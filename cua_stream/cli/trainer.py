@@ -26,7 +26,10 @@ def trainer(
     max_staleness: Annotated[int | None, typer.Option(help="Versions a group may lag (default 1).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (0: never).")] = None,
     checkpoint_dir: Annotated[str | None, typer.Option(help="Checkpoints and weights directory.")] = None,
-    blob_dir: Annotated[str | None, typer.Option(help="The gateway's screenshot blob store.")] = None,
+    blob_dir: Annotated[
+        str | None,
+        typer.Option(help="The gateway's screenshot blob store (a directory or s3://bucket/prefix)."),
+    ] = None,
     engine_url: Annotated[str | None, typer.Option(help="Engine to load new weights on.")] = None,
     gateway_url: Annotated[str | None, typer.Option(help="Gateway to drain around weight updates.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus text on this port.")] = None,

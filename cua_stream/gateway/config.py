@@ -17,7 +17,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     host: str = "127.0.0.1"
     port: int = 8000
     blob_dir: str = ""
-    """Blob store for screenshots; empty: ``<state dir>/blobs``."""
+    """Blob store for screenshots: a directory or ``s3://bucket/prefix`` (several hosts); empty:
+    ``<state dir>/blobs``."""
     template_path: str = ""
     """A chat template file to use instead of the project's own ``qwen3_vl.jinja`` (must keep its
     per-message rendering property)."""

@@ -11,7 +11,7 @@ import anyio
 import uvicorn
 from fastapi import FastAPI
 
-from cua_stream.blobs import LocalBlobStore
+from cua_stream.blobs import open_blob_store
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig, state_dir
 from cua_stream.gateway.app import create_app
@@ -33,7 +33,7 @@ def context_length_of(model_path: str) -> int:
 def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
     template = Path(config.template_path).read_text() if config.template_path else None
     renderer = Renderer.from_pretrained(config.model_path, template_source=template)
-    blobs = LocalBlobStore(config.blob_dir or state_dir() / "blobs")
+    blobs = open_blob_store(config.blob_dir or state_dir() / "blobs")
     context_length = config.context_length or context_length_of(config.model_path)
 
     @asynccontextmanager

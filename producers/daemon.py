@@ -110,6 +110,15 @@ class Producer:
         task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         stop, abandon = stop or anyio.Event(), abandon or anyio.Event()
+        try:
+            await self._run(stop, abandon, task_status)
+        finally:
+            from cua_stream.desktop.namespace import stop_all
+
+            if left := stop_all():  # a cancelled trial whose own cleanup did not run
+                log.warning("stopped %d episode namespace(s) left running", left)
+
+    async def _run(self, stop: anyio.Event, abandon: anyio.Event, task_status: TaskStatus[None]) -> None:
         cfg = self.config
         async with EventProducer(cfg.bus) as out:
             consumer = EventConsumer(
@@ -293,15 +302,9 @@ class Producer:
 
 async def serve(config: ProducerConfig, *, on_ready: Callable[[Producer], None] = lambda p: None) -> None:
     """The daemon: run until SIGTERM (drain) or a second SIGTERM (abandon)."""
-    from cua_stream.desktop.namespace import stop_all
-
     producer = Producer(config)
     stop, abandon = anyio.Event(), anyio.Event()
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop_then_abandon, stop, abandon, "producer")
-            await producer.run(stop=stop, abandon=abandon, task_status=Notify(lambda: on_ready(producer)))
-            tg.cancel_scope.cancel()
-    finally:
-        if left := stop_all():  # a cancelled trial whose own cleanup did not run
-            log.warning("stopped %d episode namespace(s) left running", left)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_then_abandon, stop, abandon, "producer")
+        await producer.run(stop=stop, abandon=abandon, task_status=Notify(lambda: on_ready(producer)))
+        tg.cancel_scope.cancel()

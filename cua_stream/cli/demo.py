@@ -181,7 +181,14 @@ async def _run(
                 f"{plan.turns} turn(s) each; each step's weights are loaded on the engine"
             )
             await Trainer(config, on_step=on_step).run()
-            stop_producer.set()  # the groups still in flight finish (their records stay on the log)
+            # the groups the trainer issued beyond its last step run to their outcomes too: nothing of this
+            # run is left on the work topic for the next demo's producer
+            with anyio.move_on_after(180):
+                while True:
+                    if not await _unanswered(bus, config.run_id):
+                        break
+                    await anyio.sleep(1.0)
+            stop_producer.set()
             async with httpx.AsyncClient(timeout=30) as http:
                 served = (await http.get(f"{engine_url}/get_model_info")).json().get("weight_version")
             await anyio.sleep(1.0)  # let the tap print the last records
@@ -194,6 +201,16 @@ async def _run(
             if follow_after:
                 await anyio.sleep(follow_after)
             tg.cancel_scope.cancel()
+
+
+async def _unanswered(bus: BusConfig, run_id: str) -> int:
+    """How many of the run's work requests have no outcome yet."""
+    from cua_stream.bus.reader import scan
+    from cua_stream.topics import OUTCOMES, WORK
+
+    issued = {d.event.episode_id async for d in scan(bus, WORK) if d.event.run_id == run_id}
+    answered = {d.event.episode_id async for d in scan(bus, OUTCOMES) if d.event.run_id == run_id}
+    return len(issued - answered)
 
 
 def _summary(

@@ -11,7 +11,7 @@ import msgspec
 
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
-from cua_stream.config import BusConfig, ConfigError, build, bus_config, require_model_dir, state_dir
+from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, require_model_dir, state_dir
 
 
 class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -59,6 +59,10 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     gateway_url: str = ""
     """The session gateway to drain around a weight update; empty: no drain."""
     drain_timeout_s: float = 60.0
+    engine_api_key: Secret | None = None
+    """The engine's admin key (weight loads), when the engine has one."""
+    gateway_api_key: Secret | None = None
+    """The gateway's admin key (drain and resume around a weight load), when it has one."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     bus: BusConfig = BusConfig()

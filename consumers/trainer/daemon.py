@@ -176,7 +176,9 @@ class Trainer:
                 )
             async with EventProducer(self.config.bus) as producer, httpx.AsyncClient(timeout=60) as http:
                 served = (
-                    await engine_version(http, self.config.engine_url) if self.config.engine_url else None
+                    await engine_version(http, self.config.engine_url, self.config.engine_api_key)
+                    if self.config.engine_url
+                    else None
                 )
                 if saved.weights and self.config.engine_url and served != str(saved.version):
                     await self._push(http, self.dir / saved.weights, saved.version)
@@ -435,6 +437,8 @@ class Trainer:
             weights=weights,
             version=version,
             drain_timeout_s=self.config.drain_timeout_s,
+            engine_key=self.config.engine_api_key,
+            gateway_key=self.config.gateway_api_key,
         )
 
 

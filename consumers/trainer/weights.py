@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import httpx
 
+from cua_stream.auth import bearer_headers
 from cua_stream.bus.connect import backoff_s
 from cua_stream.errors import EngineUnavailable
 
@@ -31,9 +32,14 @@ async def push_weights(
     weights: Path,
     version: int,
     drain_timeout_s: float = 60.0,
+    engine_key: object | None = None,
+    gateway_key: object | None = None,
 ) -> None:
+    """Load ``weights`` on the engine as ``version``, the gateway drained around it (its admin routes
+    and the engine's weight route take the admin keys, when those services have them)."""
+    gateway_headers = bearer_headers(gateway_key)
     drained = bool(gateway_url) and await _gateway(
-        http, f"{gateway_url}/admin/drain", {"timeout_s": drain_timeout_s}
+        http, f"{gateway_url}/admin/drain", {"timeout_s": drain_timeout_s}, gateway_headers
     )
     try:
         for attempt in range(1, ATTEMPTS + 1):
@@ -41,6 +47,7 @@ async def push_weights(
                 r = await http.post(
                     f"{engine_url}/update_weights_from_disk",
                     json={"model_path": str(weights), "weight_version": str(version)},
+                    headers=bearer_headers(engine_key),
                     timeout=600,
                 )
                 break
@@ -56,23 +63,25 @@ async def push_weights(
     finally:
         if drained:
             with anyio.CancelScope(shield=True):
-                await _gateway(http, f"{gateway_url}/admin/resume", {})
+                await _gateway(http, f"{gateway_url}/admin/resume", {}, gateway_headers)
 
 
-async def _gateway(http: httpx.AsyncClient, url: str, body: dict[str, float]) -> bool:
+async def _gateway(
+    http: httpx.AsyncClient, url: str, body: dict[str, float], headers: dict[str, str]
+) -> bool:
     """POST to a gateway admin route; False (with a warning) if the gateway cannot be reached."""
     try:
-        r = await http.post(url, json=body, timeout=120)
+        r = await http.post(url, json=body, headers=headers, timeout=120)
     except httpx.TransportError as e:
         log.warning("gateway %s unreachable (%s): weight update goes on without it", url, type(e).__name__)
         return False
     return r.status_code == 200
 
 
-async def engine_version(http: httpx.AsyncClient, engine_url: str) -> str | None:
+async def engine_version(http: httpx.AsyncClient, engine_url: str, key: object | None = None) -> str | None:
     """The weight version the engine serves (None if it cannot say)."""
     try:
-        r = await http.get(f"{engine_url}/get_model_info", timeout=10)
+        r = await http.get(f"{engine_url}/get_model_info", headers=bearer_headers(key), timeout=10)
     except httpx.HTTPError:
         return None
     return str(r.json().get("weight_version")) if r.status_code == 200 else None

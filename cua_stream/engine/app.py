@@ -22,6 +22,7 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from cua_stream.auth import bearer_token, matches
 from cua_stream.engine.config import EngineConfig
 from cua_stream.engine.params import SamplingParams
 from cua_stream.engine.runner import Generation, ModelRunner
@@ -194,13 +195,27 @@ class EngineService:
         }
 
 
+ADMIN_PATHS = frozenset({"/update_weights_from_disk", "/pause_generation", "/continue_generation"})
+"""What changes the served policy or stops serving: the admin key's alone, when one is set."""
+
+
 def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
     service = EngineService(config, runner)
     app = FastAPI(title="cua-stream reference engine", docs_url=None, redoc_url=None)
     app.state.service = service
 
+    api_key, admin_key = (
+        k.reveal() if k is not None else None for k in (config.api_key, config.admin_api_key)
+    )
+
     @app.middleware("http")
     async def json_errors(request: Request, call_next: Any) -> Response:
+        given = bearer_token(request.headers.get("authorization", ""))
+        if request.url.path in ADMIN_PATHS and admin_key is not None:
+            if not matches(given, admin_key):
+                return _error(401, "missing or wrong admin API key (Authorization: Bearer <key>)")
+        elif api_key is not None and request.url.path != "/health" and not matches(given, api_key, admin_key):
+            return _error(401, "missing or wrong API key (Authorization: Bearer <key>)")
         try:
             return await call_next(request)
         except Exception as e:  # a bug: answer it in JSON and keep the connection usable

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from cua_stream.config import Secret
+
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The CPU reference engine: which model it serves, where it listens, how it samples."""
@@ -22,6 +24,13 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Requests decoded side by side (a token each per round); later ones wait in a FIFO queue."""
     debug_history: int = 0
     """Keep the last N requests' engine-side inputs and outputs at GET /debug/requests (0: off)."""
+    api_key: Secret | None = None
+    """When set, every route but ``/health`` requires ``Authorization: Bearer <api_key>`` (SGLang's
+    ``--api-key``). Set keys by config file or environment (``CUA_ENGINE_API_KEY``), not on a command
+    line every user of the host can read."""
+    admin_api_key: Secret | None = None
+    """When set, the weight and pause routes (``/update_weights_from_disk``, ``/pause_generation``,
+    ``/continue_generation``) take only this key; it also opens every other route."""
     log_level: str = "warning"
 
     def __post_init__(self) -> None:

@@ -21,7 +21,6 @@ A chat call whose client disconnects is cancelled, and the engine is told to abo
 
 from __future__ import annotations
 
-import hmac
 import logging
 from typing import Any
 
@@ -30,6 +29,7 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from cua_stream.auth import OPEN_PATHS, bearer_token, matches
 from cua_stream.gateway.openai_format import Reply, error_body
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.service import Gateway
@@ -64,30 +64,19 @@ async def _body(request: Request, *, allow_empty: bool = False) -> Any:
         raise Refusal(400, "request body is nested too deeply") from None
 
 
-_OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
-"""Reachable without the API key: liveness and readiness probes and metrics scrapers carry none."""
-
-
-def _bearer_token(header: str) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` header (scheme case-insensitive, RFC 7235);
-    None for any other scheme or a bare token."""
-    scheme, _, token = header.strip().partition(" ")
-    return token.strip() or None if scheme.lower() == "bearer" else None
-
-
 async def _until_disconnected(request: Request) -> None:
     """Returns when the client closes the connection (the body has been read by then)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
 
-def _session_key_opens(request: Request, given: str) -> bool:
+def _session_key_opens(request: Request, given: str | None) -> bool:
     """A session's own key opens its chat route (``/sessions/<id>/v1/...``) and nothing else."""
     parts = request.url.path.split("/")
-    if len(parts) < 5 or parts[1] != "sessions" or parts[3] != "v1":
+    if given is None or len(parts) < 5 or parts[1] != "sessions" or parts[3] != "v1":
         return False
     session = _gateway(request).sessions.get(parts[2])
-    return session is not None and hmac.compare_digest(given.encode(), session.key.encode())
+    return session is not None and matches(given, session.key)
 
 
 def _gateway(request: Request) -> Gateway:
@@ -95,21 +84,33 @@ def _gateway(request: Request) -> Gateway:
 
 
 def create_app(
-    gateway: Gateway | None = None, *, api_key: str | None = None, lifespan: Any = None
+    gateway: Gateway | None = None,
+    *,
+    api_key: str | None = None,
+    admin_api_key: str | None = None,
+    lifespan: Any = None,
 ) -> FastAPI:
     """The app over ``gateway``, or over the one ``lifespan`` puts in ``app.state.gateway`` at start-up
     (the daemon does that, so the Kafka producer lives in the server's event loop)."""
     app = FastAPI(title="cua-stream session gateway", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.gateway = gateway
 
+    def denied(request: Request) -> str | None:
+        """Why ``request`` may not pass (None: it may)."""
+        path = request.url.path
+        given = bearer_token(request.headers.get("authorization", ""))
+        if path.startswith("/admin/") and admin_api_key is not None:  # drain/resume: the admin key only
+            return None if matches(given, admin_api_key) else "missing or wrong admin API key"
+        if api_key is None or path in OPEN_PATHS:
+            return None
+        if matches(given, api_key, admin_api_key) or _session_key_opens(request, given):
+            return None
+        return "missing or wrong API key"
+
     @app.middleware("http")
     async def authorize(request: Request, call_next: Any) -> Response:
-        if api_key is not None and request.url.path not in _OPEN_PATHS:
-            given = _bearer_token(request.headers.get("authorization", ""))
-            if given is None or not (
-                hmac.compare_digest(given.encode(), api_key.encode()) or _session_key_opens(request, given)
-            ):
-                return _error(401, "missing or wrong API key (Authorization: Bearer <key>)", "unauthorized")
+        if (why := denied(request)) is not None:
+            return _error(401, f"{why} (Authorization: Bearer <key>)", "unauthorized")
         try:
             return await call_next(request)
         except Exception as e:  # a bug: answer it in the OpenAI shape, keep the connection usable

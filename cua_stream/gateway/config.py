@@ -40,7 +40,12 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     answering 503 (computer-1 retries a 503 three times without waiting, then the episode is discarded
     as server-unavailable). 0: answer 503 at once."""
     api_key: Secret | None = None
-    """When set, every route requires ``Authorization: Bearer <api_key>``."""
+    """When set, every route but the probes requires ``Authorization: Bearer <api_key>`` (a session's chat
+    route also takes that session's own key, which ``POST /sessions`` returns)."""
+    admin_api_key: Secret | None = None
+    """When set, ``/admin/*`` (drain, resume) takes only this key; it also opens every other route."""
+    engine_api_key: Secret | None = None
+    """The engine's API key, sent on every call to it."""
     log_level: str = "warning"
 
     def __post_init__(self) -> None:

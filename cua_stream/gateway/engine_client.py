@@ -21,6 +21,7 @@ import anyio
 import httpx
 import msgspec
 
+from cua_stream.auth import bearer_headers
 from cua_stream.errors import EngineHTTPError, EngineProtocolError, EngineUnavailable
 from cua_stream.events import VersionSpan
 
@@ -257,7 +258,12 @@ class EngineClient:
     """
 
     def __init__(
-        self, base_url: str, *, timeout_s: float = 600.0, transport: httpx.AsyncBaseTransport | None = None
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        api_key: object | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         # httpx's own read timeout is a backstop only: the deadline below fires first and aborts.
@@ -265,6 +271,7 @@ class EngineClient:
             base_url=base_url.rstrip("/"),
             timeout=httpx.Timeout(timeout_s + 30.0, connect=10.0),
             transport=transport,
+            headers=bearer_headers(api_key),
         )
 
     async def aclose(self) -> None:

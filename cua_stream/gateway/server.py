@@ -13,7 +13,7 @@ from fastapi import FastAPI
 
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.producer import EventProducer
-from cua_stream.config import BusConfig, state_dir
+from cua_stream.config import BusConfig, Secret, state_dir
 from cua_stream.gateway.app import create_app
 from cua_stream.gateway.config import GatewayConfig
 from cua_stream.gateway.engine_client import EngineClient
@@ -38,7 +38,9 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = EngineClient(config.engine_url, timeout_s=config.engine_timeout_s)
+        engine = EngineClient(
+            config.engine_url, timeout_s=config.engine_timeout_s, api_key=config.engine_api_key
+        )
         try:
             async with EventProducer(bus) as producer, anyio.create_task_group() as tg:
                 gateway = Gateway(
@@ -59,8 +61,12 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
         finally:
             await engine.aclose()
 
-    api_key = config.api_key.reveal() if config.api_key is not None else None
-    return create_app(api_key=api_key, lifespan=lifespan)
+    def reveal(key: Secret | None) -> str | None:
+        return key.reveal() if key is not None else None
+
+    return create_app(
+        api_key=reveal(config.api_key), admin_api_key=reveal(config.admin_api_key), lifespan=lifespan
+    )
 
 
 def build_server(config: GatewayConfig, bus: BusConfig) -> uvicorn.Server:

@@ -15,13 +15,16 @@ import zlib
 import httpx
 
 PER_CLIENT = 16
+KEEPALIVE_S = 2.0
+"""Idle pooled connections are dropped after this: below uvicorn's 5 s keep-alive, so a request is never
+sent on a connection the server is closing (a session's close comes minutes after its open)."""
 
 
 class ClientPool:
     def __init__(self, connections: int, *, timeout: httpx.Timeout | float = 60.0) -> None:
         tls = httpx.create_ssl_context()
         n = max(1, math.ceil(connections / PER_CLIENT))
-        limits = httpx.Limits(max_connections=PER_CLIENT)
+        limits = httpx.Limits(max_connections=PER_CLIENT, keepalive_expiry=KEEPALIVE_S)
         self.clients = [httpx.AsyncClient(timeout=timeout, limits=limits, verify=tls) for _ in range(n)]
 
     def client(self, key: str) -> httpx.AsyncClient:

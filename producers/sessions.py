@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import httpx
 
+from cua_stream.bus.connect import backoff_s
 from cua_stream.config import Secret
 from cua_stream.events import WorkRequest
 from producers.http_pool import ClientPool
@@ -62,7 +63,7 @@ class GatewaySessions:
                 if n == OPEN_RETRIES:
                     raise
                 log.warning("gateway unreachable (%s); retrying", type(e).__name__)
-            await anyio.sleep(min(2.0**n * 0.25, 5.0))
+            await anyio.sleep(backoff_s(n))
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def close(self, session: OpenSession) -> dict[str, Any]:

@@ -9,9 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -19,22 +17,19 @@ import pytest
 import uvicorn
 
 from consumers.scorer.table import classify
-from consumers.trainer.feeder import work_for_group
-from cua_stream.bus.producer import EventProducer
-from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import CallKind, CallRecord, OutcomeEvent, SummaryEvent, TaskRef, WorkRequest
-from cua_stream.gateway.config import GatewayConfig
 from cua_stream.tasks.policy_server import create_app
-from cua_stream.topics import OUTCOMES, SUMMARIES, TURNS, WORK
+from cua_stream.topics import OUTCOMES, SUMMARIES, TURNS
 from producers.config import ProducerConfig
 from producers.daemon import Producer
 from producers.episode import EpisodeRun
 from producers.trial import TrialRunner
 from tests.conftest import free_port, wait_until
-from tests.integration.gateway_servers import EngineProcess, engine, serving, tiny_model_dir
+from tests.integration.gateway_servers import GatewayProcess, engine, gateway, serving, tiny_model_dir
+from tests.integration.producer_support import events_of, publish, work_requests
 
-__all__ = ["engine", "tiny_model_dir"]  # fixtures
+__all__ = ["engine", "gateway", "tiny_model_dir"]  # fixtures
 
 pytestmark = [
     pytest.mark.anyio,
@@ -49,40 +44,12 @@ pytestmark = [
 
 
 @pytest.fixture
-def gateway_url(engine: EngineProcess, bus_config: BusConfig, tmp_path: Path) -> Iterator[str]:
-    from cua_stream.gateway.server import build_server
-
-    config = GatewayConfig(
-        model_path=str(engine.model_dir),
-        engine_url=engine.url,
-        port=free_port(),
-        blob_dir=str(tmp_path / "blobs"),
-    )
-    with serving(build_server(config, bus_config)):
-        yield f"http://127.0.0.1:{config.port}"
+def gateway_url(gateway: GatewayProcess) -> str:
+    return gateway.url
 
 
-def group(run_id: str, size: int, max_new_tokens: int = 24) -> list[WorkRequest]:
-    sampling = {"temperature": 1.0, "max_new_tokens": max_new_tokens}
-    return work_for_group(
-        run_id,
-        0,
-        tasks=["click-button"],
-        group_size=size,
-        policy_version=0,
-        sampling=sampling,
-        now=time.time(),
-    )
-
-
-async def publish(bus: BusConfig, requests: list[WorkRequest]) -> None:
-    async with EventProducer(bus) as out:
-        for w in requests:
-            await out.publish(WORK, w)
-
-
-async def events[T](bus: BusConfig, spec, cls: type[T]) -> list[T]:  # type: ignore[no-untyped-def]
-    return [d.event async for d in scan(bus, spec) if isinstance(d.event, cls)]
+def group(run_id: str, size: int) -> list[WorkRequest]:
+    return work_requests(run_id, 1, size, max_new_tokens=24)
 
 
 def desktop_processes() -> str:
@@ -93,7 +60,7 @@ async def test_a_group_runs_with_compaction_and_its_records_agree(
     bus_config: BusConfig, gateway_url: str, tmp_path: Path
 ) -> None:
     requests = group("desk", 3)
-    await publish(bus_config, requests)
+    await publish(bus_config, *requests)
     config = ProducerConfig(
         gateway_url=gateway_url,
         concurrency=3,
@@ -108,14 +75,14 @@ async def test_a_group_runs_with_compaction_and_its_records_agree(
             await tg.start(lambda task_status: Producer(config).run(stop=stop, task_status=task_status))
 
             async def all_out() -> bool:
-                return len(await events(bus_config, OUTCOMES, OutcomeEvent)) >= len(requests)
+                return len(await events_of(bus_config, OUTCOMES, OutcomeEvent)) >= len(requests)
 
             await wait_until(all_out, 1.0)
             stop.set()
-    outcomes = await events(bus_config, OUTCOMES, OutcomeEvent)
+    outcomes = await events_of(bus_config, OUTCOMES, OutcomeEvent)
     assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in requests)
-    summaries = await events(bus_config, SUMMARIES, SummaryEvent)
-    calls: list[CallRecord] = [*await events(bus_config, TURNS, CallRecord), *summaries]
+    summaries = await events_of(bus_config, SUMMARIES, SummaryEvent)
+    calls: list[CallRecord] = [*await events_of(bus_config, TURNS, CallRecord), *summaries]
     for o in outcomes:
         assert o.agent_started, o.exception
         row, _ = classify(o)
@@ -170,7 +137,7 @@ async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
     bus_config: BusConfig, gateway_url: str, tmp_path: Path
 ) -> None:
     requests = group("desk-kill", 3)
-    await publish(bus_config, requests)
+    await publish(bus_config, *requests)
     args = [
         sys.executable,
         "-m",
@@ -193,7 +160,7 @@ async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
         with anyio.fail_after(300):
 
             async def mid_episode() -> bool:
-                return bool(await events(bus_config, TURNS, CallRecord))
+                return bool(await events_of(bus_config, TURNS, CallRecord))
 
             await wait_until(mid_episode, 0.2)
     finally:
@@ -209,7 +176,7 @@ async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
         with anyio.fail_after(400):
 
             async def answered() -> bool:
-                got = await events(bus_config, OUTCOMES, OutcomeEvent)
+                got = await events_of(bus_config, OUTCOMES, OutcomeEvent)
                 return {o.episode_id for o in got} == {w.episode_id for w in requests}
 
             await wait_until(answered, 1.0)
@@ -217,7 +184,7 @@ async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
     assert proc.returncode == 0, (tmp_path / "p2.log").read_text()[-3000:]
-    outcomes = await events(bus_config, OUTCOMES, OutcomeEvent)
+    outcomes = await events_of(bus_config, OUTCOMES, OutcomeEvent)
     assert set(Counter((o.episode_id, o.attempt) for o in outcomes).values()) == {1}
     assert {o.episode_id for o in outcomes} == {w.episode_id for w in requests}
     assert not desktop_processes()

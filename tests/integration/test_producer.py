@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,17 +18,15 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
 from consumers.scorer.table import classify
-from consumers.trainer.feeder import work_for_group
-from cua_stream.bus.producer import EventProducer
-from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import OutcomeEvent, PolicyVersion, TurnEvent, WorkRequest
 from cua_stream.gateway.config import GatewayConfig
-from cua_stream.topics import OUTCOMES, POLICY, TURNS, WORK
+from cua_stream.topics import OUTCOMES, TURNS, WORK
 from producers.config import ProducerConfig
 from producers.daemon import Producer
 from tests.conftest import free_port, wait_until
 from tests.integration.gateway_servers import EngineProcess, engine, serving, tiny_model_dir
+from tests.integration.producer_support import events_of, publish, work_requests
 
 __all__ = ["engine", "tiny_model_dir"]  # fixtures
 
@@ -54,37 +51,16 @@ def keyed_gateway(engine: EngineProcess, bus_config: BusConfig, tmp_path: Path) 
         yield f"http://127.0.0.1:{config.port}"
 
 
-def work(
-    run_id: str, groups: int, size: int, *, version: int = 0, max_new_tokens: int = 4
-) -> list[WorkRequest]:
-    sampling = {"temperature": 1.0, "max_new_tokens": max_new_tokens}
-    return [
-        w
-        for g in range(groups)
-        for w in work_for_group(
-            run_id,
-            g,
-            tasks=["click-button"],
-            group_size=size,
-            policy_version=version,
-            sampling=sampling,
-            now=time.time(),
-        )
-    ]
-
-
-async def publish(bus: BusConfig, *items: WorkRequest | PolicyVersion) -> None:
-    async with EventProducer(bus) as out:
-        for item in items:
-            await out.publish(POLICY if isinstance(item, PolicyVersion) else WORK, item)
+def work(run_id: str, groups: int, size: int, *, version: int = 0) -> list[WorkRequest]:
+    return work_requests(run_id, groups, size, version=version)
 
 
 async def outcomes(bus: BusConfig) -> list[OutcomeEvent]:
-    return [d.event async for d in scan(bus, OUTCOMES) if isinstance(d.event, OutcomeEvent)]
+    return await events_of(bus, OUTCOMES, OutcomeEvent)
 
 
 async def turns(bus: BusConfig) -> list[TurnEvent]:
-    return [d.event async for d in scan(bus, TURNS) if isinstance(d.event, TurnEvent)]
+    return await events_of(bus, TURNS, TurnEvent)
 
 
 async def committed(bus: BusConfig, group: str) -> int:

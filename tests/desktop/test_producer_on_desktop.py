@@ -1,7 +1,8 @@
 """The producer on the real path: Harbor trials of computer-1 on the local desktop, the session gateway and
 the reference engine (tiny Qwen3-VL), the real broker. A group runs with compaction forced by a small
-context budget; a killed X server is a sandbox loss; a producer killed with -9 and restarted loses no
-work, gives each finished attempt one outcome, and leaves no desktop behind."""
+context budget, and no agent's session key lands on a topic or in a trial's files; a killed X server is a
+sandbox loss; a producer killed with -9 and restarted loses no work, gives each finished attempt one
+outcome, and leaves no desktop behind."""
 
 from __future__ import annotations
 
@@ -11,19 +12,21 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import ClassVar
 
 import anyio
 import pytest
 import uvicorn
 
 from consumers.scorer.table import classify
+from cua_stream.bus.reader import read_raw
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import CallKind, CallRecord, OutcomeEvent, SummaryEvent, TaskRef, WorkRequest
 from cua_stream.tasks.policy_server import create_app
 from cua_stream.topics import OUTCOMES, SUMMARIES, TURNS
 from producers.config import ProducerConfig
 from producers.daemon import Producer
-from producers.episode import EpisodeRun
+from producers.episode import EpisodeResult, EpisodeRun
 from producers.trial import TrialRunner
 from tests.conftest import free_port, wait_until
 from tests.integration.gateway_servers import GatewayProcess, engine, gateway, serving, tiny_model_dir
@@ -52,6 +55,16 @@ def group(run_id: str, size: int) -> list[WorkRequest]:
     return work_requests(run_id, 1, size, max_new_tokens=24)
 
 
+class KeySpy(TrialRunner):
+    """The real trial runner, noting the session key each agent is given."""
+
+    keys: ClassVar[list[str]] = []
+
+    async def run(self, episode: EpisodeRun) -> EpisodeResult:
+        KeySpy.keys.append(episode.session_key.reveal())
+        return await super().run(episode)
+
+
 def desktop_processes() -> str:
     return subprocess.run(["pgrep", "-a", "-x", "Xvfb"], capture_output=True, text=True).stdout
 
@@ -72,7 +85,8 @@ async def test_a_group_runs_with_compaction_and_its_records_agree(
     with anyio.fail_after(420):
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
-            await tg.start(lambda task_status: Producer(config).run(stop=stop, task_status=task_status))
+            producer = Producer(config, runner=KeySpy(config))
+            await tg.start(lambda task_status: producer.run(stop=stop, task_status=task_status))
 
             async def all_out() -> bool:
                 return len(await events_of(bus_config, OUTCOMES, OutcomeEvent)) >= len(requests)
@@ -95,6 +109,17 @@ async def test_a_group_runs_with_compaction_and_its_records_agree(
     # the small budget made computer-1 summarize: the summaries are recorded (and trained) like turns
     assert summaries and all(s.kind == CallKind.COMPACTION_SUMMARY for s in summaries)
     assert not desktop_processes()
+    # each agent's session key: on no topic record, in no file of the trials (Harbor's results, logs,
+    # trajectories), not even its first 12 characters
+    assert len(KeySpy.keys) == len(requests)
+    raw = b""
+    for spec in (TURNS, SUMMARIES, OUTCOMES):
+        async for m in read_raw(bus_config, bus_config.topics().name_of(spec)):
+            raw += bytes(m.value or b"") + b"".join(v or b"" for _, v in m.headers)
+    files = [f.read_bytes() for f in (tmp_path / "trials").rglob("*") if f.is_file()]
+    assert raw and len(files) > 20
+    for key in KeySpy.keys:
+        assert key[:12].encode() not in raw and not any(key[:12].encode() in data for data in files)
 
 
 async def test_killing_the_x_server_mid_episode_is_a_sandbox_loss(tmp_path: Path) -> None:

@@ -29,13 +29,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 
+from consumers.trainer.feeder import work_for_group
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
-from cua_stream.demo import DemoPlan, demo_work, tiny_model_dir
+from cua_stream.demo import TEMPERATURE, tiny_model_dir
 from cua_stream.events import CallRecord
 from cua_stream.procs import child
+from cua_stream.tasks import TASKS
 from cua_stream.topics import SUMMARIES, TURNS, WORK
 from producers.config import ProducerConfig
 from producers.daemon import Producer
@@ -56,8 +58,14 @@ async def one_level(
     bus: BusConfig, gateway_url: str, desktops: int, per: int, turns: int, trials: Path
 ) -> dict:
     run_id = f"bench{desktops}-{uuid.uuid4().hex[:6]}"
-    plan = DemoPlan(group_size=1, turns=turns)
-    work = demo_work(run_id, plan, desktops * per)
+    sampling = {"temperature": TEMPERATURE, "max_new_tokens": 8}
+    work = [  # one-episode groups of the bundled tasks in turn, as the trainer's feeder issues them
+        w
+        for g in range(desktops * per)
+        for w in work_for_group(
+            run_id, g, tasks=list(TASKS), group_size=1, policy_version=0, sampling=sampling, now=0
+        )
+    ]
     config = ProducerConfig(
         gateway_url=gateway_url,
         concurrency=desktops,

@@ -11,14 +11,11 @@ group's turns and scores, trains a GRPO step and loads the weights on the engine
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from consumers.trainer.feeder import work_for_group
 from cua_stream.config import BusConfig, cache_dir
-from cua_stream.events import WorkRequest
 from cua_stream.tasks import TASKS
 
 if TYPE_CHECKING:
@@ -47,25 +44,6 @@ def tiny_model_dir() -> Path:
 
         make_tiny_model(path)
     return path
-
-
-def demo_work(run_id: str, plan: DemoPlan, groups: int) -> list[WorkRequest]:
-    """``groups`` GRPO groups, one bundled task each (in order), ``plan.group_size`` episodes apiece (what
-    the trainer's feeder issues; for runs without a trainer)."""
-    sampling = {"temperature": TEMPERATURE, "max_new_tokens": plan.max_new_tokens}
-    return [
-        work
-        for g in range(groups)
-        for work in work_for_group(
-            run_id,
-            g,
-            tasks=list(TASKS),
-            group_size=plan.group_size,
-            policy_version=0,
-            sampling=sampling,
-            now=time.time(),
-        )
-    ]
 
 
 def demo_settings(plan: DemoPlan) -> dict[str, dict[str, Any]]:

@@ -3,6 +3,7 @@ on the local desktop, talking to its gateway session; its outcome from the ``Tri
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -39,18 +40,26 @@ def follow_process_log_level() -> None:
     logger.setLevel(max(logging.getLogger().getEffectiveLevel(), logging.INFO))
 
 
+@functools.cache
+def start_url_of(path: Path) -> str | None:
+    """The page computer-1 opens first (``[metadata] start_url`` in the task's ``task.toml``), read once
+    per task directory rather than once per episode."""
+    from harbor.models.task.task import Task
+
+    url = Task(path).config.metadata.get("start_url")
+    return url if isinstance(url, str) else None
+
+
 class TrialRunner:
     def __init__(self, config: ProducerConfig) -> None:
         self.config = config
         follow_process_log_level()
 
     def trial_config(self, episode: EpisodeRun):  # -> harbor TrialConfig
-        from harbor.models.task.task import Task
         from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
 
         cfg, work = self.config, episode.work
         path = task_path(work.task)
-        start_url = Task(path).config.metadata.get("start_url")
         budget = min(cfg.max_input_tokens or episode.context_length, episode.context_length)
         params = Computer1Params(
             session_url=episode.session_url,
@@ -61,7 +70,7 @@ class TrialRunner:
             desktop_width=cfg.desktop_width,
             desktop_height=cfg.desktop_height,
             agent_timeout_sec=cfg.agent_timeout_s,
-            start_url=start_url if isinstance(start_url, str) else None,
+            start_url=start_url_of(path),
         )
         return TrialConfig(
             task=TaskConfig(path=path),

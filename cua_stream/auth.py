@@ -4,8 +4,25 @@ check. Pure. Probes and scrapers carry no key (``/health``, ``/ready``, ``/metri
 from __future__ import annotations
 
 import hmac
+import re
+import secrets
 
 OPEN_PATHS = frozenset({"/health", "/ready", "/metrics"})
+
+SESSION_KEY_PREFIX = "cuask_"
+"""Every per-episode session key starts with this (then 32 URL-safe characters): like the prefixes of
+GitHub or Slack tokens, it lets a secret scanner find a leaked key in logs, topics and files without
+knowing the key (the chaos run's security check scans for it)."""
+SESSION_KEY_PATTERN = re.compile(rb"cuask_[A-Za-z0-9_-]{32}")
+
+
+def new_session_key() -> str:
+    return SESSION_KEY_PREFIX + secrets.token_urlsafe(24)
+
+
+def session_keys_in(data: bytes) -> list[bytes]:
+    """The session keys found in ``data`` (a log, a record, a page)."""
+    return SESSION_KEY_PATTERN.findall(data)
 
 
 def bearer_token(header: str) -> str | None:

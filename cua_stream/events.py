@@ -307,6 +307,9 @@ class TrainStep(Event, frozen=True, kw_only=True, tag="train_step"):
     group_ids: tuple[str, ...] = ()
     metrics: dict[str, float] = {}
     finished_at: float
+    attempts: dict[str, int] = {}
+    """The episodes the step trained, each with the attempt whose calls it trained (the scored one): an
+    audit of the step that needs no other record (chaos runs check it against the outcomes)."""
 
 
 class GroupDropped(Event, frozen=True, kw_only=True, tag="group_dropped"):

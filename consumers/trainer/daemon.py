@@ -64,13 +64,18 @@ from cua_stream.bus.consumer import (
 )
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
-from cua_stream.errors import ConfigError, RecordError
+from cua_stream.errors import ConfigError, EngineUnavailable, RecordError
 from cua_stream.events import Event, GroupDropped, PolicyVersion, TrainStep, from_json, to_json
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
 
 log = logging.getLogger(__name__)
+
+ENGINE_CHECK_S = 5.0
+"""How often the trainer asks the engine which weights it serves: an engine restarted from its launch
+weights (a crash, a rescheduled pod) gets the current ones back within this long, instead of serving the
+base policy until the next step (its rollouts would all be dropped as stale)."""
 INPUTS: tuple[TopicSpec, ...] = (TURNS, SUMMARIES, SCORES)
 
 
@@ -215,7 +220,11 @@ class Trainer:
                     await consumer.seek_to_beginning(tp)
             by_name = dict(zip(names, INPUTS, strict=True))
             task_status.started(self.metrics_port)
+            checked = time.monotonic()
             while not stop.is_set() and not (cfg.max_steps and st.step >= cfg.max_steps):
+                if time.monotonic() - checked > ENGINE_CHECK_S:
+                    await self._restore_engine(http)
+                    checked = time.monotonic()
                 await self._feed(producer, join)
                 polled = await consumer.getmany(timeout_ms=200)
                 completed: list[GroupState] = []
@@ -427,7 +436,32 @@ class Trainer:
                 "mean_reward": _mean_reward(batch),
             },
             finished_at=self.clock(),
+            attempts={
+                episode_id: score.attempt
+                for q in batch
+                for episode_id in q.decision.advantages
+                if (score := q.group.episodes[episode_id].score) is not None
+            },
         )
+
+    async def _restore_engine(self, http: httpx.AsyncClient) -> None:
+        """Load the current weights again on an engine that serves others (it restarted)."""
+        cfg, st = self.config, self.state
+        if not cfg.engine_url or not st.weights:
+            return
+        served = await engine_version(http, cfg.engine_url, cfg.engine_api_key)
+        if served is None or served == str(st.version):  # down (it will be back), or up to date
+            return
+        log.warning(
+            "the engine serves weights %s, not v%d (it restarted?): loading v%d",
+            served,
+            st.version,
+            st.version,
+        )
+        try:
+            await self._push(http, self.dir / st.weights, st.version)
+        except EngineUnavailable as e:
+            log.warning("%s; trying again in %.0fs", e, ENGINE_CHECK_S)
 
     async def _push(self, http: httpx.AsyncClient, weights: Path, version: int) -> None:
         await push_weights(

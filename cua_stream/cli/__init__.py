@@ -41,6 +41,7 @@ SUBCOMMANDS: dict[str, str] = {
     "engine": "cua_stream.cli.engine:engine",
     "gateway": "cua_stream.cli.gateway:gateway",
     "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",
+    "chaos": "cua_stream.cli.chaos:chaos",
 }
 
 

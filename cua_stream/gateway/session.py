@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import re
-import secrets
 import time
 import uuid
 from collections import Counter
@@ -17,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from cua_stream.auth import new_session_key
 from cua_stream.engine.params import SamplingParams
 from cua_stream.errors import SamplingError
 from cua_stream.events import CallKind
@@ -96,7 +96,7 @@ class Session:
     """When a call last started or ended (monotonic): idle expiry counts from here."""
     in_flight: int = 0
     """Calls of this session being served (a session with a call in flight is never idle)."""
-    key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
+    key: str = field(default_factory=new_session_key, repr=False)
     """The session's own credential: its chat route accepts it in place of the gateway's API key, so the
     agent (and its sandbox) holds a key that opens this one session and dies with it."""
 

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from consumers.trainer.weights import engine_version, push_weights
+from cua_stream.auth import session_keys_in
 from cua_stream.bus.reader import read_raw
 from cua_stream.config import BusConfig, Secret
 from cua_stream.engine.config import EngineConfig
@@ -81,6 +82,7 @@ async def test_keys_guard_every_route_and_admin_routes_take_only_the_admin_key(
         assert (await http.post(f"{gateway}/sessions", json=body)).status_code == 401
         created = (await http.post(f"{gateway}/sessions", json=body, headers=bearer(GATEWAY_KEY))).json()
         session_key = created["session_key"]
+        assert session_keys_in(session_key.encode()) == [session_key.encode()]  # scanners can find it
         chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0}
         url = f"{gateway}/sessions/{created['session_id']}/v1/chat/completions"
         r = await http.post(url, json=chat, headers=bearer(session_key))
@@ -113,5 +115,5 @@ async def test_keys_guard_every_route_and_admin_routes_take_only_the_admin_key(
             async for m in read_raw(bus_config, bus_config.topics().name_of(TURNS))
         ]
     )
-    assert raw and session_key.encode() not in raw
+    assert raw and session_key.encode() not in raw and not session_keys_in(raw)
     assert session_key not in metrics

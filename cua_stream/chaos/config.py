@@ -1,0 +1,65 @@
+"""Configuration of a chaos run (section ``chaos``; env ``CUA_CHAOS_<FIELD>``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from cua_stream.config import ConfigError, state_dir
+
+Mode = Literal["fast", "real"]
+
+
+class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The loop a chaos run drives, and the faults it injects."""
+
+    mode: Mode = "fast"
+    """``fast``: the producers' scripted environment (no desktop) and small screenshots, so hundreds of
+    groups fit in minutes; ``real``: Harbor computer-1 trials on the local desktop with the bundled tasks
+    (root). Both use the real engine (the tiny Qwen3-VL), gateway, scorer, trainer and broker."""
+    seed: int = 0
+    """Seeds the fault schedule (and names the run)."""
+    faults: int = 30
+    every_s: float = 3.0
+    """Mean time between faults (a Poisson process)."""
+    max_pause_s: float = 12.0
+    """Longest SIGSTOP (long enough for consumer sessions to time out and groups to rebalance)."""
+    steps: int = 12
+    """GRPO steps the trainer takes; the run ends when it has (and the last faults have healed)."""
+    groups_per_step: int = 2
+    group_size: int = 4
+    max_staleness: int = 2
+    producers: int = 2
+    concurrency: int = 4
+    """Episodes per producer at once."""
+    turns: int = 2
+    max_new_tokens: int = 8
+    desktop_size: int = 256
+    """``fast``: the scripted screenshots' width and height (pixels)."""
+    base_port: int = 39500
+    """The broker, engine, gateway and metrics ports are taken from here upwards."""
+    home: str = ""
+    """Where the run's broker data, logs, checkpoints and blobs go; empty: ``<state dir>/chaos/<run>``."""
+    quiesce_timeout_s: float = 300.0
+    """After the last step: how long every request may take to get its outcome and score."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "groups_per_step", "group_size", "producers", "concurrency", "turns"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"chaos.{name}: must be >= 1")
+        if self.faults < 0 or self.every_s <= 0 or self.max_pause_s <= 0:
+            raise ConfigError("chaos.faults must be >= 0, chaos.every_s and chaos.max_pause_s > 0")
+        if not 1024 <= self.base_port <= 65000:
+            raise ConfigError("chaos.base_port: must be 1024..65000")
+        if not 64 <= self.desktop_size <= 2048:
+            raise ConfigError("chaos.desktop_size: must be 64..2048")
+
+    @property
+    def run_id(self) -> str:
+        return f"chaos-{self.mode}-s{self.seed}-{time.strftime('%m%d-%H%M%S')}"
+
+    def home_for(self, run_id: str) -> Path:
+        return Path(self.home) if self.home else state_dir() / "chaos" / run_id

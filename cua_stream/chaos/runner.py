@@ -1,0 +1,398 @@
+"""A chaos run: the whole loop as separate processes, a seeded schedule of faults applied to them while the
+trainer trains, then the invariants checked from the topics.
+
+The loop: a local broker, the engine (tiny Qwen3-VL), the gateway, the scorer, ``producers`` producers and
+the trainer (which is also the feeder). A watchdog restarts any daemon that exits without being asked to
+(a real supervisor would; each such exit is reported, since a daemon that crashes on its own under faults
+is a finding even when nothing is lost). The run ends when the trainer has taken its steps and exited;
+then the faults stop, every held daemon is brought back, and the run waits until every work request has
+an outcome and every outcome's episode a score before it stops the daemons and reads the topics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import httpx
+import yaml
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError
+
+from cua_stream.broker import BrokerConfig, LocalBroker
+from cua_stream.bus.admin import TopicAdmin
+from cua_stream.bus.reader import scan
+from cua_stream.chaos.config import ChaosConfig
+from cua_stream.chaos.daemons import Daemon
+from cua_stream.chaos.evidence import files_under, read_run
+from cua_stream.chaos.invariants import Check, check_all
+from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
+from cua_stream.config import BusConfig
+from cua_stream.tasks import TASKS
+from cua_stream.topics import OUTCOMES, SCORES, WORK
+
+Emit = Callable[[str], None]
+
+
+@dataclass
+class Applied:
+    fault: Fault
+    at_s: float
+    """When it was applied (seconds after the start; later than planned when its target was busy)."""
+    recovered_s: float | None = None
+    """How long until the target answered again (kill, broker restart)."""
+
+
+@dataclass
+class ChaosReport:
+    run_id: str
+    home: Path
+    applied: list[Applied]
+    skipped: list[Fault]
+    checks: list[Check]
+    crashes: dict[str, list[int]]
+    starts: dict[str, int]
+    wall_s: float
+    steps: int
+    episodes: int
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "run_id": self.run_id,
+            "ok": self.ok,
+            "wall_s": round(self.wall_s, 1),
+            "steps": self.steps,
+            "episodes": self.episodes,
+            "faults": [
+                {"planned_s": a.fault.at_s, "at_s": round(a.at_s, 2), "target": a.fault.target,
+                 "action": a.fault.action.value, "hold_s": a.fault.hold_s,
+                 "recovered_s": None if a.recovered_s is None else round(a.recovered_s, 2)}
+                for a in self.applied
+            ],
+            "skipped": len(self.skipped),
+            "checks": [
+                {"name": c.name, "checked": c.checked, "lost": c.lost, "duplicated": c.duplicated,
+                 "problems": list(c.problems[:20])}
+                for c in self.checks
+            ],
+            "crashes": self.crashes,
+            "starts": self.starts,
+        }  # fmt: skip
+
+
+class _Broker:
+    """The broker as a fault target: stopped (or SIGKILLed) and started on the same data."""
+
+    def __init__(self, broker: LocalBroker) -> None:
+        self.broker, self.lock, self.down = broker, anyio.Lock(), False
+
+    async def restart(self, hold_s: float, hard: bool) -> None:
+        self.down = True
+        pid = self.broker.status().pid
+        if hard and pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            await anyio.to_thread.run_sync(self.broker.stop)  # reaps it, clears the pid file
+        else:
+            await anyio.to_thread.run_sync(self.broker.stop)
+        await anyio.sleep(hold_s)
+        await anyio.to_thread.run_sync(self.broker.start)
+        self.down = False
+
+
+def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusConfig) -> dict:
+    engine_url = f"http://127.0.0.1:{cfg.base_port + 10}"
+    gateway_url = f"http://127.0.0.1:{cfg.base_port + 11}"
+    blobs = str(home / "blobs")
+    fast = cfg.mode == "fast"
+    return {
+        "bus": {"bootstrap_servers": bus.bootstrap_servers, "topic_prefix": bus.topic_prefix},
+        "gateway": {"model_path": str(model), "engine_url": engine_url, "port": cfg.base_port + 11,
+                    "blob_dir": blobs},
+        "engine": {"port": cfg.base_port + 10},
+        "scorer": {},
+        "producer": {
+            "gateway_url": gateway_url,
+            "environment": "scripted" if fast else "local-desktop",
+            "concurrency": cfg.concurrency,
+            "max_turns": cfg.turns,
+            "desktop_width": cfg.desktop_size if fast else 800,
+            "desktop_height": cfg.desktop_size if fast else 600,
+            "trials_dir": str(home / "trials"),
+            "drain_timeout_s": 60.0,
+            "agent_timeout_s": 300.0,
+        },
+        "trainer": {
+            "run_id": run_id,
+            "model_path": str(model),
+            "tasks": list(TASKS),
+            "group_size": cfg.group_size,
+            "groups_per_step": cfg.groups_per_step,
+            "max_staleness": cfg.max_staleness,
+            "max_steps": cfg.steps,
+            "max_new_tokens": cfg.max_new_tokens,
+            "temperature": 1.0,
+            "lr": 1e-4,
+            "group_timeout_s": 600.0,
+            "checkpoint_dir": str(home / "trainer"),
+            "blob_dir": blobs,
+            "engine_url": engine_url,
+            "gateway_url": gateway_url,
+        },
+    }  # fmt: skip
+
+
+def _daemons(cfg: ChaosConfig, home: Path, model: Path, config_file: Path) -> dict[str, Daemon]:
+    c, logs, port = ["--config", str(config_file)], home / "logs", cfg.base_port
+
+    def metrics(p: int) -> str:
+        return f"http://127.0.0.1:{p}/metrics"
+
+    daemons = {
+        "engine": Daemon("engine", ["engine", str(model), *c], f"http://127.0.0.1:{port + 10}/health",
+                         logs / "engine.log"),
+        "gateway": Daemon("gateway", ["gateway", *c], f"http://127.0.0.1:{port + 11}/health",
+                          logs / "gateway.log"),
+        "scorer": Daemon("scorer", ["scorer", *c, "--metrics-port", str(port + 12)], metrics(port + 12),
+                         logs / "scorer.log"),
+    }  # fmt: skip
+    for i in range(cfg.producers):
+        p = port + 20 + i
+        daemons[f"producer-{i}"] = Daemon(
+            f"producer-{i}",
+            ["producer", *c, "--metrics-port", str(p)],
+            metrics(p),
+            logs / f"producer-{i}.log",
+        )
+    daemons["trainer"] = Daemon(
+        "trainer", ["trainer", *c, "--metrics-port", str(port + 13)], metrics(port + 13), logs / "trainer.log"
+    )
+    return daemons
+
+
+class Chaos:
+    def __init__(self, cfg: ChaosConfig, emit: Emit) -> None:
+        self.cfg, self.emit = cfg, emit
+        self.run_id = cfg.run_id
+        self.home = cfg.home_for(self.run_id)
+        self.t0 = time.monotonic()
+        self.applied: list[Applied] = []
+        self.skipped: list[Fault] = []
+        self.trainer_done = anyio.Event()
+        self.stop_faults = anyio.Event()
+        self.stopping = False
+        self.daemons: dict[str, Daemon] = {}
+        self.pages: dict[str, bytes] = {}
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    async def run(self) -> ChaosReport:
+        cfg, home = self.cfg, self.home
+        home.mkdir(parents=True, exist_ok=True)
+        broker = LocalBroker(BrokerConfig(home=str(home / "broker"), port=cfg.base_port))
+        self.emit(f"run {self.run_id}: broker, topics, tiny model (under {home})")
+        self.broker = _Broker(broker)
+        self.bus = BusConfig(bootstrap_servers=broker.config.bootstrap_servers, topic_prefix=self.run_id)
+        try:
+            await anyio.to_thread.run_sync(lambda: broker.start(fresh=True))
+            await self._start_loop()
+            await self._faults_until_trained()
+            wall = self.now()
+            with anyio.CancelScope(shield=True):
+                await self._stop_daemons()
+            files = files_under(home / "logs", home / "trials", home / "trainer")
+            log = await read_run(self.bus, self.run_id, files=files, pages=self.pages)
+        finally:
+            with anyio.CancelScope(shield=True):  # Ctrl-C or SIGTERM: nothing is left running
+                await self._stop_daemons()
+                await anyio.to_thread.run_sync(broker.stop)
+        return ChaosReport(
+            run_id=self.run_id,
+            home=home,
+            applied=self.applied,
+            skipped=self.skipped,
+            checks=check_all(log, max_in_flight=(cfg.max_staleness + 1) * cfg.groups_per_step),
+            crashes={n: d.crashes for n, d in self.daemons.items()},
+            starts={n: d.starts for n, d in self.daemons.items()},
+            wall_s=wall,
+            steps=len(log.steps),
+            episodes=len({w.episode_id for w in log.work}),
+        )
+
+    async def _start_loop(self) -> None:
+        from cua_stream.demo import tiny_model_dir
+
+        async with TopicAdmin(self.bus) as admin:
+            await admin.create()
+        model = await anyio.to_thread.run_sync(tiny_model_dir)
+        config_file = self.home / "chaos.yaml"
+        settings = _settings(self.cfg, self.run_id, self.home, model, self.bus)
+        config_file.write_text(yaml.safe_dump(settings))
+        self.daemons = _daemons(self.cfg, self.home, model, config_file)
+        for d in self.daemons.values():
+            d.start()
+        for d in self.daemons.values():
+            if not await d.ready():
+                raise RuntimeError(f"{d.name} did not start: see {d.log}")
+
+    async def _faults_until_trained(self) -> None:
+        """Apply the schedule until the trainer has taken its steps; heal; wait for every answer."""
+        cfg = self.cfg
+        self.emit(f"all {len(self.daemons)} daemons ready; {cfg.faults} faults, one every ~{cfg.every_s}s")
+        self.t0 = time.monotonic()
+        faults = plan(cfg.seed, cfg.faults, every_s=cfg.every_s, producers=cfg.producers,
+                      max_pause_s=cfg.max_pause_s)  # fmt: skip
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watchdog)
+            async with anyio.create_task_group() as faulting:
+                faulting.start_soon(self._inject, faults, faulting)
+                await self.trainer_done.wait()
+                self.stopping = True  # faults not yet applied are skipped; those in hand heal
+                self.stop_faults.set()
+                self.emit(f"t+{self.now():.0f}s the trainer took its {cfg.steps} steps; healing")
+            for d in self.daemons.values():
+                if d.name != "trainer" and not await d.ready():
+                    self.emit(f"{d.name} is not ready after the faults (see {d.log})")
+            await self._quiesce()
+            self.pages = await self._metrics_pages()
+            tg.cancel_scope.cancel()
+
+    async def _metrics_pages(self) -> dict[str, bytes]:
+        """Every daemon's metrics page as the run ends (scanned for session keys)."""
+        urls = {
+            f"{d.name} {d.ready_url}": d.ready_url
+            for d in self.daemons.values()
+            if d.ready_url.endswith("/metrics")
+        }
+        gateway = self.daemons["gateway"].ready_url.replace("/health", "/metrics")
+        urls[f"gateway {gateway}"] = gateway
+        pages: dict[str, bytes] = {}
+        async with httpx.AsyncClient(timeout=10) as http:
+            for where, url in urls.items():
+                with contextlib.suppress(httpx.HTTPError):  # the trainer has exited
+                    pages[where] = (await http.get(url)).content
+        return pages
+
+    async def _stop_daemons(self) -> None:
+        async with anyio.create_task_group() as tg:
+            for d in self.daemons.values():
+                tg.start_soon(d.stop)
+
+    # -- faults ---------------------------------------------------------------------------------------
+
+    async def _inject(self, faults: list[Fault], tg: anyio.abc.TaskGroup) -> None:
+        for fault in faults:
+            with anyio.move_on_after(max(0.0, fault.at_s - self.now())):
+                await self.stop_faults.wait()
+            if self.stopping:
+                self.skipped.extend(f for f in faults if f.at_s >= fault.at_s)
+                return
+            tg.start_soon(self._apply, fault)
+
+    async def _apply(self, fault: Fault) -> None:
+        if fault.action is Action.POISON:
+            await self._poison(fault)
+            return
+        if fault.target == BROKER:
+            async with self.broker.lock:
+                applied = self._record(fault)
+                if applied is None:
+                    return
+                hard = random.Random(fault.at_s).random() < 0.5
+                self.emit(
+                    f"t+{self.now():6.1f}s broker      {'SIGKILL' if hard else 'stop'}, down {fault.hold_s:.1f}s"
+                )
+                started = self.now()
+                await self.broker.restart(fault.hold_s, hard)
+                applied.recovered_s = self.now() - started
+            return
+        d = self.daemons[fault.target]
+        async with d.lock:
+            if d.name == "trainer" and self.trainer_done.is_set():
+                self.skipped.append(fault)
+                return
+            applied = self._record(fault)
+            if applied is None:
+                return
+            self.emit(fault.describe().replace(f"t+{fault.at_s:6.1f}s", f"t+{self.now():6.1f}s", 1))
+            d.held = True
+            if fault.action is Action.PAUSE:
+                d.signal(signal.SIGSTOP)
+                await anyio.sleep(fault.hold_s)
+                d.signal(signal.SIGCONT)
+                d.held = False
+                return
+            started = self.now()
+            await d.kill()
+            await anyio.sleep(fault.hold_s)
+            d.start()
+            d.held = False
+            if await d.ready():
+                applied.recovered_s = self.now() - started
+
+    def _record(self, fault: Fault) -> Applied | None:
+        if self.stopping:
+            self.skipped.append(fault)
+            return None
+        applied = Applied(fault, self.now())
+        self.applied.append(applied)
+        return applied
+
+    async def _poison(self, fault: Fault) -> None:
+        """An undecodable record on the outcome topic (the scorer must dead-letter it)."""
+        applied = self._record(fault)
+        if applied is None:
+            return
+        self.emit(f"t+{self.now():6.1f}s outcomes    an undecodable record")
+        topic = self.bus.topics().name_of(OUTCOMES)
+        value = b"\xc1 not msgpack: chaos poison " + str(fault.at_s).encode()
+        while True:
+            raw = AIOKafkaProducer(bootstrap_servers=self.bus.bootstrap_servers, request_timeout_ms=10_000)
+            try:
+                await raw.start()
+                await raw.send_and_wait(topic, value, key=b"chaos-poison")
+                return
+            except (KafkaError, OSError):  # the broker may be down: try again until it is back
+                await anyio.sleep(1.0)
+            finally:
+                await raw.stop()
+
+    # -- supervision ----------------------------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        while True:
+            for d in self.daemons.values():
+                if d.held or d.lock.locked() or (rc := d.exited()) is None:
+                    continue
+                if d.name == "trainer" and rc == 0:
+                    self.trainer_done.set()
+                    continue
+                d.crashes.append(rc)
+                self.emit(f"t+{self.now():6.1f}s {d.name:<11} exited by itself (code {rc}); restarted")
+                d.start()
+            await anyio.sleep(0.5)
+
+    async def _quiesce(self) -> None:
+        """Wait until every work request has an outcome and every answered episode a score."""
+        deadline = time.monotonic() + self.cfg.quiesce_timeout_s
+        while time.monotonic() < deadline:
+            issued = {d.event.episode_id async for d in scan(self.bus, WORK)}
+            answered = {d.event.episode_id async for d in scan(self.bus, OUTCOMES)}
+            scored = {d.event.episode_id async for d in scan(self.bus, SCORES)}
+            if issued <= answered and answered <= scored:
+                self.emit(f"t+{self.now():.0f}s all {len(issued)} requests answered and scored")
+                return
+            await anyio.sleep(2.0)
+        self.emit("quiesce timed out: the checks below say what is missing")

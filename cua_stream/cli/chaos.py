@@ -1,0 +1,98 @@
+"""`cua-stream chaos`: the whole loop under a seeded fault schedule, then the invariants from the topics."""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections import Counter
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+
+out = Console(highlight=False)
+
+
+@friendly_errors
+def chaos(
+    mode: Annotated[
+        str | None, typer.Option(help="fast (scripted episodes) or real (local desktops).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option(help="Seeds the fault schedule.")] = None,
+    faults: Annotated[int | None, typer.Option(help="Faults to inject (default 30).")] = None,
+    every: Annotated[float | None, typer.Option(help="Mean seconds between faults (default 3).")] = None,
+    steps: Annotated[int | None, typer.Option(help="GRPO steps the trainer takes (default 12).")] = None,
+    producers: Annotated[int | None, typer.Option(help="Producer processes (default 2).")] = None,
+    base_port: Annotated[int | None, typer.Option(help="First of the run's ports (default 39500).")] = None,
+    home: Annotated[str | None, typer.Option(help="Run directory (broker data, logs, report).")] = None,
+    config: ConfigFile = None,
+) -> None:
+    """Run broker, engine, gateway, scorer, producers and trainer as separate processes while a seeded
+    schedule SIGKILLs and restarts them, SIGSTOPs them, restarts the broker and writes undecodable
+    records; then check from the topics that nothing was lost or trained twice (exit 1 if anything was).
+    The report is also written to <home>/report.json."""
+    import anyio
+
+    from cua_stream.chaos.config import ChaosConfig
+    from cua_stream.chaos.runner import Chaos
+    from cua_stream.config import build
+
+    cfg = build(
+        ChaosConfig,
+        "chaos",
+        file_data=load_file(config),
+        overrides={
+            "mode": mode,
+            "seed": seed,
+            "faults": faults,
+            "every_s": every,
+            "steps": steps,
+            "producers": producers,
+            "base_port": base_port,
+            "home": home,
+        },
+    )
+    if cfg.mode == "real":
+        from cua_stream.desktop.doctor import require_desktop
+
+        require_desktop()
+    runner = Chaos(cfg, emit=lambda line: out.print(line, markup=False))
+    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the run the way Ctrl-C does: cleanly
+    report = anyio.run(runner.run)
+    faults_table = Table("target", "action", "applied", "recovery p50 / max (s)", title="faults")
+    by_kind: dict[tuple[str, str], list[float]] = {}
+    for a in report.applied:
+        key = (a.fault.target.split("-")[0], a.fault.action.value)
+        by_kind.setdefault(key, [])
+        if a.recovered_s is not None:
+            by_kind[key].append(a.recovered_s)
+    counts = Counter((a.fault.target.split("-")[0], a.fault.action.value) for a in report.applied)
+    for (target, action), n in sorted(counts.items()):
+        rec = sorted(by_kind[(target, action)])
+        shown = f"{rec[len(rec) // 2]:.1f} / {rec[-1]:.1f}" if rec else "-"
+        faults_table.add_row(target, action, str(n), shown)
+    out.print(faults_table)
+    checks = Table("invariant", "checked", "lost", "duplicated", "result", title=f"run {report.run_id}")
+    for c in report.checks:
+        result = "[green]ok[/green]" if c.ok else "[red]" + "; ".join(c.problems[:3]) + "[/red]"
+        checks.add_row(c.name, str(c.checked), str(c.lost), str(c.duplicated), result)
+    out.print(checks)
+    lost, duplicated = sum(c.lost for c in report.checks), sum(c.duplicated for c in report.checks)
+    crashed = {n: codes for n, codes in report.crashes.items() if codes}
+    out.print(
+        f"{len(report.applied)} faults applied ({len(report.skipped)} not applied: the trainer had finished), "
+        f"{report.steps} steps, {report.episodes} episodes in {report.wall_s:.0f}s; lost {lost}, "
+        f"duplicated {duplicated}; exits nobody asked for: "
+        + (", ".join(f"{n} {codes}" for n, codes in sorted(crashed.items())) or "none")
+    )
+    out.print(f"logs, checkpoints and broker data: {report.home}")
+    (report.home / "report.json").write_text(json.dumps(report.to_json(), indent=1))
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,214 @@
+"""The chaos run's pure parts: the seeded fault schedule and the invariants checked from the topics."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import secrets
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import pytest
+
+from cua_stream.auth import SESSION_KEY_PREFIX, new_session_key, session_keys_in
+from cua_stream.chaos.invariants import RunLog, check_all, totals
+from cua_stream.chaos.schedule import BROKER, POISON_TARGET, Action, plan, tally
+from cua_stream.events import (
+    DeadLetter,
+    Discard,
+    GroupDropped,
+    OutcomeEvent,
+    PolicyVersion,
+    Reward,
+    ScoreEvent,
+    TaskRef,
+    TrainStep,
+    WorkRequest,
+)
+
+# -- the schedule ---------------------------------------------------------------------------------------
+
+
+def test_a_schedule_is_a_function_of_its_seed() -> None:
+    a = plan(7, 50, every_s=2.0, producers=3)
+    assert a == plan(7, 50, every_s=2.0, producers=3)
+    assert a != plan(8, 50, every_s=2.0, producers=3)
+
+
+def test_faults_arrive_at_the_requested_mean_rate_on_every_kind_of_target() -> None:
+    faults = plan(1, 3000, every_s=2.5, producers=2, max_pause_s=9.0)
+    times = [f.at_s for f in faults]
+    assert times == sorted(times) and len(faults) == 3000
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert statistics.mean(gaps) == pytest.approx(2.5, rel=0.1)
+    kinds = tally(faults)
+    targets = {t for t, _ in kinds}
+    assert targets == {"producer", "scorer", "trainer", "gateway", "engine", BROKER, POISON_TARGET}
+    assert {f.target for f in faults if f.target.startswith("producer")} == {"producer-0", "producer-1"}
+    for f in faults:
+        if f.target == BROKER:
+            assert f.action is Action.BROKER_RESTART
+        elif f.target == POISON_TARGET:
+            assert f.action is Action.POISON
+        else:
+            assert f.action in (Action.KILL, Action.PAUSE)
+        if f.action is Action.PAUSE:
+            assert 0.5 <= f.hold_s <= 9.0
+    assert kinds[("producer", "kill")] > kinds[("producer", "pause")] > 0  # kills are the common fault
+
+
+def test_no_producer_faults_without_producers_and_bad_arguments_are_refused() -> None:
+    assert not [f for f in plan(3, 200, every_s=1.0, producers=0) if f.target.startswith("producer")]
+    with pytest.raises(ValueError, match="every_s"):
+        plan(0, 10, every_s=0.0, producers=1)
+
+
+# -- the invariants -------------------------------------------------------------------------------------
+
+RUN = "run-c"
+
+
+def work(g: int, e: int) -> WorkRequest:
+    return WorkRequest(
+        run_id=RUN, group_id=f"g{g}", episode_id=f"g{g}-e{e}", task=TaskRef(name="t"), sample_index=e,
+        group_size=2, policy_version=0, created_at=float(g),
+    )  # fmt: skip
+
+
+def outcome(g: int, e: int, attempt: int = 1) -> OutcomeEvent:
+    return OutcomeEvent(
+        run_id=RUN, group_id=f"g{g}", episode_id=f"g{g}-e{e}", attempt=attempt, task="t", policy_version=0,
+        agent_started=True, rewards={"reward": 1.0}, started_at=0.0, finished_at=1.0,
+    )  # fmt: skip
+
+
+def score(g: int, e: int, attempt: int = 1, verdict: Reward | Discard | None = None) -> ScoreEvent:
+    return ScoreEvent(
+        run_id=RUN, group_id=f"g{g}", episode_id=f"g{g}-e{e}", attempt=attempt,
+        verdict=verdict or Reward(value=1.0), policy_version=0, scored_at=2.0,
+    )  # fmt: skip
+
+
+def step(n: int, *groups: int, attempts: dict[str, int] | None = None) -> TrainStep:
+    trained = attempts if attempts is not None else {f"g{g}-e{e}": 1 for g in groups for e in range(2)}
+    return TrainStep(
+        run_id=RUN, step=n, policy_version=n, n_groups=len(groups), n_episodes=len(trained), n_samples=4,
+        loss=0.1, group_ids=tuple(f"g{g}" for g in groups), finished_at=3.0, attempts=trained,
+    )  # fmt: skip
+
+
+def policy(v: int) -> PolicyVersion:
+    return PolicyVersion(run_id=RUN, version=v, weights_path=f"w{v}", step=v, published_at=4.0)
+
+
+def dropped(g: int, reason: str = "discarded") -> GroupDropped:
+    return GroupDropped(run_id=RUN, group_id=f"g{g}", reason=reason, trainer_version=0, dropped_at=5.0)
+
+
+def a_good_run() -> RunLog:
+    """Six groups of two: g0, g1 trained in step 1; g2 dropped (an episode was discarded), g3 trained in
+    step 2 where g3-e1 ran twice (its first producer died after publishing); g4, g5 still in flight."""
+    groups = range(6)
+    outcomes = [outcome(g, e) for g in groups for e in range(2)] + [outcome(3, 1, attempt=2)]
+    scores = [score(g, e) for g in groups for e in range(2) if (g, e) != (2, 0)]
+    scores.append(score(2, 0, verdict=Discard(reason="sandbox_lost")))
+    return RunLog(
+        work=[work(g, e) for g in groups for e in range(2)],
+        outcomes=outcomes,
+        scores=scores,
+        steps=[step(1, 0, 1), step(2, 3)],
+        drops=[dropped(2)],
+        policy=[policy(1), policy(2)],
+        dead_letters=[
+            DeadLetter(
+                run_id="", reason="undecodable", error="x", source_topic="o", partition=1, offset=9, at=0.0
+            )
+        ],
+        undecodable=[("o", 1, 9)],
+    )
+
+
+def problems(log: RunLog) -> dict[str, tuple[str, ...]]:
+    return {c.name: c.problems for c in check_all(log, max_in_flight=2) if c.problems}
+
+
+def test_a_run_that_kept_its_promises_passes_every_check() -> None:
+    checks = check_all(a_good_run(), max_in_flight=2)
+    assert [c.name for c in checks if not c.ok] == []
+    assert totals(checks) == (0, 0)
+    assert {c.name: c.checked for c in checks}["trained episodes = the expected set"] == 6
+
+
+@pytest.mark.parametrize(
+    ("change", "check", "lost", "duplicated"),
+    [
+        (lambda r: {"outcomes": r.outcomes[1:]}, "every work request has an outcome", 1, 0),
+        (lambda r: {"outcomes": [*r.outcomes, outcome(0, 0)]}, "one outcome per finished attempt", 0, 1),
+        (lambda r: {"scores": r.scores[1:]}, "one score per answered episode", 1, 0),
+        (lambda r: {"scores": [*r.scores, score(0, 1)]}, "one score per answered episode", 0, 1),
+        (lambda r: {"scores": [*r.scores[1:], score(0, 0, attempt=5)]}, "one score per answered episode", 0, 0),
+        (lambda r: {"steps": [*r.steps, step(3, 1)]}, "every group trained once or dropped with a reason", 0, 1),
+        (lambda r: {"drops": [*r.drops, dropped(0)]}, "every group trained once or dropped with a reason", 0, 1),
+        (lambda r: {"steps": r.steps[1:]}, "every group trained once or dropped with a reason", 2, 0),
+        (
+            lambda r: {"steps": [r.steps[0], step(2, 3, attempts={"g3-e0": 1, "g3-e1": 3})]},
+            "trained attempts have an outcome and a reward",
+            0,
+            0,
+        ),
+        (
+            lambda r: {"steps": [r.steps[0], step(2, 3, attempts={"g3-e0": 1})]},
+            "trained episodes = the expected set",
+            1,
+            0,
+        ),
+        (
+            lambda r: {"steps": [r.steps[0], step(2, 3, attempts={"g3-e0": 1, "g3-e1": 2, "g0-e0": 1})]},
+            "trained episodes = the expected set",
+            0,
+            1,
+        ),
+        (lambda r: {"policy": [policy(2), policy(1)]}, "policy versions only increase", 0, 0),
+        (lambda r: {"steps": [r.steps[0], msgspec.structs.replace(r.steps[1], step=3)]}, "policy versions only increase", 0, 0),
+        (lambda r: {"dead_letters": []}, "undecodable records are dead-lettered", 1, 0),
+        (lambda r: {"drops": [dropped(2, reason="")]}, "every discard and drop has a reason", 0, 0),
+        (lambda r: {"secrets_found": ["logs/producer-0.log"]}, "no session key in records, logs, files, metrics", 0, 0),
+    ],
+    ids=[
+        "an-outcome-lost", "an-outcome-twice", "a-score-lost", "a-score-twice", "a-score-of-no-outcome",
+        "a-group-trained-twice", "a-group-trained-and-dropped", "an-early-group-never-decided",
+        "an-attempt-without-outcome-trained", "an-expected-episode-untrained", "an-episode-trained-twice",
+        "a-version-going-back", "a-step-skipped", "a-poison-record-not-dead-lettered", "a-drop-without-reason",
+        "a-session-key-leaked",
+    ],
+)  # fmt: skip
+def test_each_broken_promise_is_caught_by_its_check(
+    change: Callable[[RunLog], dict[str, Any]], check: str, lost: int, duplicated: int
+) -> None:
+    run = a_good_run()
+    broken = dataclasses.replace(run, **change(run))
+    found = problems(broken)
+    assert check in found, found
+    by_name = {c.name: c for c in check_all(broken, max_in_flight=2)}
+    assert (by_name[check].lost, by_name[check].duplicated) == (lost, duplicated)
+
+
+def test_a_retried_attempt_is_not_a_duplicate_and_the_in_flight_tail_is_not_lost() -> None:
+    run = a_good_run()
+    assert ("g3-e1", 2) in {(o.episode_id, o.attempt) for o in run.outcomes}  # two attempts, one score
+    assert not problems(run)
+    # one more group in flight than the window allows: the oldest undecided one counts as lost
+    assert "every group trained once or dropped with a reason" in problems(dataclasses.replace(run, drops=[]))
+
+
+def test_a_session_key_is_found_wherever_it_is_written_and_nothing_else_looks_like_one() -> None:
+    key = new_session_key()
+    assert key.startswith(SESSION_KEY_PREFIX) and len(key) == len(SESSION_KEY_PREFIX) + 32
+    line = f'2026-12-01 INFO POST /v1/chat "Authorization: Bearer {key}"'.encode()
+    assert session_keys_in(line) == [key.encode()]
+    assert session_keys_in(json.dumps({"api_key": key}).encode()) == [key.encode()]
+    assert session_keys_in(secrets.token_urlsafe(24).encode() + b" cuask_short") == []
+    assert new_session_key() != key

@@ -34,7 +34,7 @@ from cua_stream.chaos.daemons import Daemon
 from cua_stream.chaos.evidence import files_under, read_run
 from cua_stream.chaos.invariants import Check, check_all
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
-from cua_stream.config import BusConfig
+from cua_stream.config import BusConfig, ConfigError
 from cua_stream.tasks import TASKS
 from cua_stream.topics import OUTCOMES, SCORES, WORK
 
@@ -200,6 +200,10 @@ class Chaos:
 
     async def run(self) -> ChaosReport:
         cfg, home = self.cfg, self.home
+        if home.exists() and any(home.iterdir()):
+            raise ConfigError(
+                f"chaos.home: {home} is not empty (an earlier run's?); remove it or choose another"
+            )
         home.mkdir(parents=True, exist_ok=True)
         broker = LocalBroker(BrokerConfig(home=str(home / "broker"), port=cfg.base_port))
         self.emit(f"run {self.run_id}: broker, topics, tiny model (under {home})")

@@ -3,6 +3,7 @@ and an optional ``/metrics`` endpoint. Enough for a daemon to be scraped; no cli
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Literal
 
@@ -89,6 +90,31 @@ class Registry:
         return "".join(line + "\n" for m in self._metrics.values() for line in m.render())
 
 
+class LoopLag:
+    """How late the event loop runs: a ticker that should wake every ``tick_s`` records how late it
+    woke; the page shows the worst of the last ``window`` ticks. A loop blocked by CPU-bound work, a
+    synchronous call or a flood of tasks shows here before it shows anywhere else."""
+
+    NAME = "cua_event_loop_lag_seconds"
+
+    def __init__(self, tick_s: float = 0.1, window: int = 100) -> None:
+        self.tick_s = tick_s
+        self.recent: deque[float] = deque(maxlen=window)
+
+    async def run(self) -> None:
+        while True:
+            start = anyio.current_time()
+            await anyio.sleep(self.tick_s)
+            self.recent.append(max(0.0, anyio.current_time() - start - self.tick_s))
+
+    def render(self) -> str:
+        worst = max(self.recent, default=0.0)
+        return (
+            f"# HELP {self.NAME} How late the event loop woke a {self.tick_s:g} s ticker: the worst of "
+            f"the last {self.recent.maxlen} ticks.\n# TYPE {self.NAME} gauge\n{self.NAME} {worst:.6f}\n"
+        )
+
+
 async def serve_metrics(
     render: Callable[[], str],
     host: str,
@@ -96,7 +122,9 @@ async def serve_metrics(
     *,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer every HTTP request with ``render()`` as Prometheus text; reports the bound port."""
+    """Answer every HTTP request with ``render()`` as Prometheus text, and the event loop's lag (the
+    daemon's own loop: this runs in it); reports the bound port."""
+    lag = LoopLag()
 
     async def answer(stream: SocketStream) -> None:
         async with stream:
@@ -107,7 +135,7 @@ async def serve_metrics(
                         request += await stream.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError):
                     return
-                body = render().encode()
+                body = (render() + lag.render()).encode()
                 head = (
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -118,6 +146,7 @@ async def serve_metrics(
         listener = await anyio.create_tcp_listener(local_host=host, local_port=port)
     except OSError as e:
         raise ConfigError(f"metrics_port: cannot listen on {host}:{port} ({e.strerror or e})") from None
-    async with listener:
+    async with listener, anyio.create_task_group() as tg:
+        tg.start_soon(lag.run)
         task_status.started(listener.extra(SocketAttribute.local_port))
         await listener.serve(answer)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
 from collections.abc import Callable
@@ -50,6 +51,25 @@ log = logging.getLogger(__name__)
 
 PUBLISH_ATTEMPTS = 30
 """About four and a half minutes of backoff (``backoff_s``) before an outcome's publish gives up."""
+
+
+RUNNER_IMPORTS = {
+    "scripted": ("litellm", "harbor.llms.base"),
+    "local-desktop": (
+        "litellm",
+        "harbor.trial.trial",
+        "harbor.models.trial.config",
+        "harbor.models.task.task",
+    ),
+}
+"""What each runner imports on its first episode: imported in a worker thread before the producer takes
+work, since importing LiteLLM or Harbor inside the event loop stalls it for seconds (every episode in hand
+and the consumer's heartbeats wait; measured: a 4.3 s loop lag at the first episode)."""
+
+
+def warm_imports(environment: str) -> None:
+    for name in RUNNER_IMPORTS[environment]:
+        importlib.import_module(name)
 
 
 def make_runner(config: ProducerConfig) -> EpisodeRunner:
@@ -89,6 +109,7 @@ class Producer:
     def __init__(self, config: ProducerConfig, runner: EpisodeRunner | None = None) -> None:
         self.config = config
         self.runner = runner or make_runner(config)
+        self._warm = runner is None
         self.metrics = ProducerMetrics()
         self.policy = PolicyWatch(config.bus)
         self.ledger = OffsetLedger()
@@ -120,6 +141,8 @@ class Producer:
 
     async def _run(self, stop: anyio.Event, abandon: anyio.Event, task_status: TaskStatus[None]) -> None:
         cfg = self.config
+        if self._warm:
+            await anyio.to_thread.run_sync(warm_imports, cfg.environment)
         async with EventProducer(cfg.bus) as out:
             consumer = EventConsumer(
                 cfg.bus, [WORK], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency

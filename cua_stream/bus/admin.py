@@ -51,6 +51,11 @@ class TopicAdmin:
     async def __aexit__(self, *exc: object) -> None:
         await self._admin.close()
 
+    async def committed(self, group: str) -> dict[tuple[str, int], int]:
+        """The consumer group's committed offsets, by (topic, partition)."""
+        offsets = await self._admin.list_consumer_group_offsets(group)
+        return {(tp.topic, tp.partition): meta.offset for tp, meta in offsets.items() if meta.offset >= 0}
+
     async def create(self, specs: tuple[TopicSpec, ...] = ALL) -> list[str]:
         """Create missing topics; return the names created (existing ones are left as they are)."""
         existing = set(await self._admin.list_topics())

@@ -43,17 +43,26 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """The broker, engine, gateway and metrics ports are taken from here upwards."""
     home: str = ""
     """Where the run's broker data, logs, checkpoints and blobs go; empty: ``<state dir>/chaos/<run>``."""
+    duration_s: float = 0.0
+    """0: the run ends when the trainer has taken ``steps`` steps. More: a soak: the trainer trains without
+    a step limit and the run ends this many seconds after the start (faults, if any, meanwhile)."""
+    sample_every_s: float = 5.0
+    """How often each daemon's memory and event-loop lag and the consumer groups' lag are sampled."""
     quiesce_timeout_s: float = 300.0
     """After the last step: how long every request may take to get its outcome and score."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "groups_per_step", "group_size", "producers", "concurrency", "turns"):
+        if self.steps < 1 or self.turns < 1:
+            raise ConfigError("chaos.steps and chaos.turns: must be >= 1")
+        for name in ("groups_per_step", "group_size", "producers", "concurrency"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"chaos.{name}: must be >= 1")
         if self.faults < 0 or self.every_s <= 0 or self.max_pause_s <= 0:
             raise ConfigError("chaos.faults must be >= 0, chaos.every_s and chaos.max_pause_s > 0")
         if not 1024 <= self.base_port <= 65000:
             raise ConfigError("chaos.base_port: must be 1024..65000")
+        if self.duration_s < 0 or self.sample_every_s <= 0:
+            raise ConfigError("chaos.duration_s must be >= 0 and chaos.sample_every_s > 0")
         if not 64 <= self.desktop_size <= 2048:
             raise ConfigError("chaos.desktop_size: must be 64..2048")
 

@@ -20,8 +20,10 @@ DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
 class Daemon:
-    def __init__(self, name: str, args: list[str], ready_url: str, log: Path) -> None:
+    def __init__(self, name: str, args: list[str], ready_url: str, log: Path, metrics_url: str = "") -> None:
         self.name, self.args, self.ready_url, self.log = name, args, ready_url, log
+        self.metrics_url = metrics_url or (ready_url if ready_url.endswith("/metrics") else "")
+        """Its Prometheus page (with its event loop's lag), if it has one."""
         self.proc: subprocess.Popen[bytes] | None = None
         self.lock = anyio.Lock()
         """Held while a fault is applied, and until the daemon is ready again: one fault at a time each."""

@@ -33,7 +33,9 @@ from cua_stream.chaos.config import ChaosConfig
 from cua_stream.chaos.daemons import Daemon
 from cua_stream.chaos.evidence import files_under, read_run
 from cua_stream.chaos.invariants import Check, check_all
+from cua_stream.chaos.sampling import Point, Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
+from cua_stream.chaos.soak import memory_growth, spreads
 from cua_stream.config import BusConfig, ConfigError
 from cua_stream.tasks import TASKS
 from cua_stream.topics import OUTCOMES, SCORES, WORK
@@ -62,11 +64,16 @@ class ChaosReport:
     wall_s: float
     steps: int
     episodes: int
-    notes: list[str] = field(default_factory=list)
+    points: list[Point] = field(default_factory=list)
+    """Memory, event-loop lag and consumer lag samples (plotted to ``<home>/resources.png``)."""
+
+    soak: bool = False
+    """A timed run: its memory must also stay bounded (in a run of kills, restarts reset it anyway)."""
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
+        memory = all(g.bounded for g in memory_growth(self.points)) if self.soak else True
+        return all(c.ok for c in self.checks) and memory
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -89,6 +96,13 @@ class ChaosReport:
             ],
             "crashes": self.crashes,
             "starts": self.starts,
+            "memory": [
+                {"daemon": g.name, "early_mb": round(g.early_mb, 1), "late_mb": round(g.late_mb, 1),
+                 "peak_mb": round(g.peak_mb, 1), "bounded": g.bounded}
+                for g in memory_growth(self.points)
+            ],
+            "loop_lag_s": {s.name: [s.p50, s.p99, s.max] for s in spreads(self.points, "loop")},
+            "consumer_lag": {s.name: [s.p50, s.p99, s.max] for s in spreads(self.points, "lag")},
         }  # fmt: skip
 
 
@@ -140,7 +154,7 @@ def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusCo
             "group_size": cfg.group_size,
             "groups_per_step": cfg.groups_per_step,
             "max_staleness": cfg.max_staleness,
-            "max_steps": cfg.steps,
+            "max_steps": 0 if cfg.duration_s else cfg.steps,
             "max_new_tokens": cfg.max_new_tokens,
             "temperature": 1.0,
             "lr": 1e-4,
@@ -163,7 +177,7 @@ def _daemons(cfg: ChaosConfig, home: Path, model: Path, config_file: Path) -> di
         "engine": Daemon("engine", ["engine", str(model), *c], f"http://127.0.0.1:{port + 10}/health",
                          logs / "engine.log"),
         "gateway": Daemon("gateway", ["gateway", *c], f"http://127.0.0.1:{port + 11}/health",
-                          logs / "gateway.log"),
+                          logs / "gateway.log", metrics_url=f"http://127.0.0.1:{port + 11}/metrics"),
         "scorer": Daemon("scorer", ["scorer", *c, "--metrics-port", str(port + 12)], metrics(port + 12),
                          logs / "scorer.log"),
     }  # fmt: skip
@@ -194,6 +208,7 @@ class Chaos:
         self.stopping = False
         self.daemons: dict[str, Daemon] = {}
         self.pages: dict[str, bytes] = {}
+        self.sampler: Sampler | None = None
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -233,6 +248,8 @@ class Chaos:
             wall_s=wall,
             steps=len(log.steps),
             episodes=len({w.episode_id for w in log.work}),
+            points=self.sampler.points if self.sampler else [],
+            soak=cfg.duration_s > 0,
         )
 
     async def _start_loop(self) -> None:
@@ -258,14 +275,18 @@ class Chaos:
         self.t0 = time.monotonic()
         faults = plan(cfg.seed, cfg.faults, every_s=cfg.every_s, producers=cfg.producers,
                       max_pause_s=cfg.max_pause_s)  # fmt: skip
+        self.sampler = Sampler(self.bus, self.daemons, lambda: self.broker.broker.status().pid)
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watchdog)
+            tg.start_soon(self.sampler.run, cfg.sample_every_s, self.t0)
+            if cfg.duration_s:
+                tg.start_soon(self._end_after, cfg.duration_s)
             async with anyio.create_task_group() as faulting:
                 faulting.start_soon(self._inject, faults, faulting)
                 await self.trainer_done.wait()
                 self.stopping = True  # faults not yet applied are skipped; those in hand heal
                 self.stop_faults.set()
-                self.emit(f"t+{self.now():.0f}s the trainer took its {cfg.steps} steps; healing")
+                self.emit(f"t+{self.now():.0f}s the trainer stopped; healing")
             for d in self.daemons.values():
                 if d.name != "trainer" and not await d.ready():
                     self.emit(f"{d.name} is not ready after the faults (see {d.log})")
@@ -273,15 +294,19 @@ class Chaos:
             self.pages = await self._metrics_pages()
             tg.cancel_scope.cancel()
 
+    async def _end_after(self, duration_s: float) -> None:
+        """A soak's end: no more faults; the trainer stops after the step in hand (and exits 0)."""
+        await anyio.sleep(duration_s)
+        self.emit(f"t+{self.now():.0f}s {duration_s:.0f}s are up: stopping the trainer")
+        self.stopping = True
+        self.stop_faults.set()
+        trainer = self.daemons["trainer"]
+        async with trainer.lock:
+            trainer.signal(signal.SIGTERM)
+
     async def _metrics_pages(self) -> dict[str, bytes]:
         """Every daemon's metrics page as the run ends (scanned for session keys)."""
-        urls = {
-            f"{d.name} {d.ready_url}": d.ready_url
-            for d in self.daemons.values()
-            if d.ready_url.endswith("/metrics")
-        }
-        gateway = self.daemons["gateway"].ready_url.replace("/health", "/metrics")
-        urls[f"gateway {gateway}"] = gateway
+        urls = {f"{d.name} {d.metrics_url}": d.metrics_url for d in self.daemons.values() if d.metrics_url}
         pages: dict[str, bytes] = {}
         async with httpx.AsyncClient(timeout=10) as http:
             for where, url in urls.items():
@@ -359,7 +384,7 @@ class Chaos:
         applied = self._record(fault)
         if applied is None:
             return
-        self.emit(f"t+{self.now():6.1f}s outcomes    an undecodable record")
+        self.emit(f"t+{self.now():6.1f}s {fault.target:<11} an undecodable record")
         topic = self.bus.topics().name_of(OUTCOMES)
         value = b"\xc1 not msgpack: chaos poison " + str(fault.at_s).encode()
         while True:

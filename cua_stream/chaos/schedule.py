@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -27,7 +28,7 @@ class Action(enum.StrEnum):
 
 
 BROKER = "broker"
-POISON_TARGET = "outcomes"
+POISON_TARGET = "outcome-topic"
 
 DEFAULT_WEIGHTS: Mapping[str, float] = {
     "producer": 4.0,  # several producers share this weight (see ``plan``)
@@ -101,10 +102,15 @@ def _fault(rng: random.Random, at: float, target: str, max_pause_s: float) -> Fa
     return Fault(at, Action.PAUSE, target, round(rng.uniform(0.5, max_pause_s), 2))
 
 
+def kind(target: str) -> str:
+    """A target's kind: ``producer-3`` is a ``producer``."""
+    return re.sub(r"-\d+$", "", target)
+
+
 def tally(faults: list[Fault]) -> dict[tuple[str, str], int]:
-    """Faults by (target kind, action): ``producer-3`` counts as ``producer``."""
+    """Faults by (target kind, action)."""
     out: dict[tuple[str, str], int] = {}
     for f in faults:
-        key = (f.target.split("-")[0], f.action.value)
+        key = (kind(f.target), f.action.value)
         out[key] = out.get(key, 0) + 1
     return out

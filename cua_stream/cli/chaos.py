@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import signal
 from collections import Counter
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+
+if TYPE_CHECKING:
+    from cua_stream.chaos.runner import ChaosReport
 
 out = Console(highlight=False)
 
@@ -26,6 +29,10 @@ def chaos(
     every: Annotated[float | None, typer.Option(help="Mean seconds between faults (default 3).")] = None,
     steps: Annotated[int | None, typer.Option(help="GRPO steps the trainer takes (default 12).")] = None,
     producers: Annotated[int | None, typer.Option(help="Producer processes (default 2).")] = None,
+    duration: Annotated[
+        float | None, typer.Option(help="A soak: run this many seconds, the trainer without a step limit.")
+    ] = None,
+    sample_every: Annotated[float | None, typer.Option(help="Seconds between resource samples.")] = None,
     base_port: Annotated[int | None, typer.Option(help="First of the run's ports (default 39500).")] = None,
     home: Annotated[str | None, typer.Option(help="Run directory (broker data, logs, report).")] = None,
     config: ConfigFile = None,
@@ -38,6 +45,7 @@ def chaos(
 
     from cua_stream.chaos.config import ChaosConfig
     from cua_stream.chaos.runner import Chaos
+    from cua_stream.chaos.schedule import kind
     from cua_stream.config import build
 
     cfg = build(
@@ -51,6 +59,8 @@ def chaos(
             "every_s": every,
             "steps": steps,
             "producers": producers,
+            "duration_s": duration,
+            "sample_every_s": sample_every,
             "base_port": base_port,
             "home": home,
         },
@@ -65,11 +75,11 @@ def chaos(
     faults_table = Table("target", "action", "applied", "recovery p50 / max (s)", title="faults")
     by_kind: dict[tuple[str, str], list[float]] = {}
     for a in report.applied:
-        key = (a.fault.target.split("-")[0], a.fault.action.value)
+        key = (kind(a.fault.target), a.fault.action.value)
         by_kind.setdefault(key, [])
         if a.recovered_s is not None:
             by_kind[key].append(a.recovered_s)
-    counts = Counter((a.fault.target.split("-")[0], a.fault.action.value) for a in report.applied)
+    counts = Counter((kind(a.fault.target), a.fault.action.value) for a in report.applied)
     for (target, action), n in sorted(counts.items()):
         rec = sorted(by_kind[(target, action)])
         shown = f"{rec[len(rec) // 2]:.1f} / {rec[-1]:.1f}" if rec else "-"
@@ -88,10 +98,32 @@ def chaos(
         f"duplicated {duplicated}; exits nobody asked for: "
         + (", ".join(f"{n} {codes}" for n, codes in sorted(crashed.items())) or "none")
     )
+    _resources(report)
     out.print(f"logs, checkpoints and broker data: {report.home}")
     (report.home / "report.json").write_text(json.dumps(report.to_json(), indent=1))
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _resources(report: ChaosReport) -> None:
+    from cua_stream.chaos.sampling import plot
+    from cua_stream.chaos.soak import memory_growth, spreads
+
+    table = Table("daemon", "memory early (MB)", "late (MB)", "peak (MB)", "bounded", "loop lag p50 / p99 / max (ms)",
+                  title="resources (early: 2nd quarter median, late: last quarter median)")  # fmt: skip
+    loops = {s.name: s for s in spreads(report.points, "loop")}
+    for g in memory_growth(report.points):
+        lag = loops.get(g.name)
+        shown = f"{lag.p50 * 1e3:.0f} / {lag.p99 * 1e3:.0f} / {lag.max * 1e3:.0f}" if lag else "-"
+        ok = "[green]yes[/green]" if g.bounded else f"[red]no (+{g.grew_mb:.0f} MB)[/red]"
+        table.add_row(g.name, f"{g.early_mb:.0f}", f"{g.late_mb:.0f}", f"{g.peak_mb:.0f}", ok, shown)
+    out.print(table)
+    for s in spreads(report.points, "lag"):
+        out.print(f"consumer group {s.name}: lag p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f} records")
+    if report.points:
+        path = report.home / "resources.png"
+        plot(report.points, path, f"{report.run_id}: {len(report.applied)} faults, {report.steps} steps")
+        out.print(f"plot: {path}")
 
 
 def _interrupt(signum: int, frame: object) -> None:

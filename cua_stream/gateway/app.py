@@ -204,8 +204,10 @@ def create_app(
     @app.get("/metrics")
     async def metrics(request: Request) -> PlainTextResponse:
         gw = _gateway(request)
+        lag = getattr(request.app.state, "loop_lag", None)  # the server's (absent in an app built bare)
         return PlainTextResponse(
             gw.metrics.render(sessions=len(gw.sessions), draining=gw.draining, in_flight=gw.in_flight)
+            + (lag.render() if lag is not None else "")
         )
 
     return app

@@ -19,6 +19,7 @@ from cua_stream.gateway.config import GatewayConfig
 from cua_stream.gateway.engine_client import EngineClient
 from cua_stream.gateway.rendering import Renderer
 from cua_stream.gateway.service import Gateway
+from cua_stream.metrics import LoopLag
 
 
 def context_length_of(model_path: str) -> int:
@@ -55,6 +56,8 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
                     max_sessions=config.max_sessions,
                 )
                 app.state.gateway = gateway
+                app.state.loop_lag = LoopLag()
+                tg.start_soon(app.state.loop_lag.run)
                 tg.start_soon(gateway.expire_idle_forever)
                 yield
                 tg.cancel_scope.cancel()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cua_stream.chaos.schedule import plan, tally
+from cua_stream.chaos.schedule import POISON_TARGET, kind, plan, tally
 
 SEED, FAULTS, EVERY_S, STEPS = 83, 12, 2.5, 6
 """Seed 83's first 12 faults SIGKILL a producer, the scorer, the trainer, the gateway and the engine,
@@ -36,9 +36,9 @@ def free_base(span: int = 30) -> int:
 
 def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail(tmp_path: Path) -> None:
     wanted = tally(plan(SEED, FAULTS, every_s=EVERY_S, producers=2))
-    for kind in ("producer", "scorer", "trainer", "gateway", "engine"):
-        assert wanted.get((kind, "kill")), f"the seed no longer kills the {kind}"
-    assert wanted[("broker", "broker_restart")] and wanted[("outcomes", "poison")]
+    for daemon in ("producer", "scorer", "trainer", "gateway", "engine"):
+        assert wanted.get((daemon, "kill")), f"the seed no longer kills the {daemon}"
+    assert wanted[("broker", "broker_restart")] and wanted[(POISON_TARGET, "poison")]
     home = tmp_path / "chaos"
     args = [
         "chaos",
@@ -59,14 +59,14 @@ def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     report = json.loads((home / "report.json").read_text())
     assert report["ok"] and report["steps"] == STEPS
-    applied = {(f["target"].split("-")[0], f["action"]) for f in report["faults"]}
+    applied = {(kind(f["target"]), f["action"]) for f in report["faults"]}
     assert len(report["faults"]) == FAULTS and report["skipped"] == 0, report["faults"]
     assert applied == set(wanted)
     by_name = {c["name"]: c for c in report["checks"]}
     assert sum(c["lost"] for c in report["checks"]) == 0
     assert sum(c["duplicated"] for c in report["checks"]) == 0
     assert by_name["trained episodes = the expected set"]["checked"] > 0
-    assert by_name["undecodable records are dead-lettered"]["checked"] == wanted[("outcomes", "poison")]
+    assert by_name["undecodable records are dead-lettered"]["checked"] == wanted[(POISON_TARGET, "poison")]
     # every kill restarted its daemon: more starts than daemons
     assert report["starts"]["trainer"] >= 2 and report["starts"]["engine"] >= 2
     assert "lost 0, duplicated 0" in done.stdout.replace("\n", " ")

@@ -5,17 +5,25 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import os
 import secrets
 import statistics
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 import msgspec
 import pytest
 
 from cua_stream.auth import SESSION_KEY_PREFIX, new_session_key, session_keys_in
+from cua_stream.chaos.config import ChaosConfig
 from cua_stream.chaos.invariants import RunLog, check_all, totals
+from cua_stream.chaos.runner import Chaos
+from cua_stream.chaos.sampling import Point, loop_lag, rss_mb
 from cua_stream.chaos.schedule import BROKER, POISON_TARGET, Action, plan, tally
+from cua_stream.chaos.soak import memory_growth, spreads
+from cua_stream.config import ConfigError
 from cua_stream.events import (
     DeadLetter,
     Discard,
@@ -212,3 +220,52 @@ def test_a_session_key_is_found_wherever_it_is_written_and_nothing_else_looks_li
     assert session_keys_in(json.dumps({"api_key": key}).encode()) == [key.encode()]
     assert session_keys_in(secrets.token_urlsafe(24).encode() + b" cuask_short") == []
     assert new_session_key() != key
+
+
+# -- the soak's reading of its samples ------------------------------------------------------------------
+
+
+def test_memory_that_settles_is_bounded_and_memory_that_keeps_climbing_is_not() -> None:
+    minutes = [i * 5.0 for i in range(360)]  # 30 min, a sample every 5 s
+    settles = [Point(t, "rss:scorer", 300 + 60 * min(t, 300) / 300) for t in minutes]  # +60 MB, then flat
+    climbs = [Point(t, "rss:trainer", 900 + t / 10) for t in minutes]  # +18 MB/min, never stops
+    noisy = [Point(t, "rss:gateway", 400 + (25 if i % 7 == 0 else 0)) for i, t in enumerate(minutes)]
+    growth = {g.name: g for g in memory_growth([*settles, *climbs, *noisy])}
+    assert growth["scorer"].bounded and growth["gateway"].bounded
+    assert not growth["trainer"].bounded and growth["trainer"].grew_mb == pytest.approx(90, abs=5)
+    assert growth["trainer"].peak_mb == pytest.approx(900 + minutes[-1] / 10)
+
+
+def test_spreads_and_the_samplers_parsers() -> None:
+    points = [Point(float(i), "loop:producer-0", i / 1000) for i in range(1, 101)]
+    (s,) = spreads(points, "loop")
+    assert (s.name, s.p50, s.p99, s.max) == ("producer-0", 0.051, 0.1, 0.1)
+    assert loop_lag("# TYPE x gauge\ncua_event_loop_lag_seconds 0.012500\n") == 0.0125
+    assert loop_lag("other 1\n") is None
+    mb = rss_mb(os.getpid())
+    assert mb is not None and 10 < mb < 20_000
+    assert rss_mb(2**22 + 12345) is None  # beyond pid_max: no such process
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"steps": 0}, "chaos.steps"),
+        ({"producers": 0}, "chaos.producers"),
+        ({"faults": -1}, "chaos.faults"),
+        ({"base_port": 80}, "chaos.base_port"),
+        ({"desktop_size": 10}, "chaos.desktop_size"),
+        ({"duration_s": -5.0}, "chaos.duration_s"),
+    ],
+)
+def test_a_bad_chaos_setting_fails_at_start_naming_its_field(settings: dict[str, Any], field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        ChaosConfig(**settings)
+
+
+@pytest.mark.anyio
+async def test_a_chaos_run_refuses_a_home_holding_an_earlier_run(tmp_path: Path) -> None:
+    (tmp_path / "report.json").write_text("{}")
+    with pytest.raises(ConfigError, match="chaos.home: .* is not empty"):
+        await Chaos(ChaosConfig(home=str(tmp_path)), emit=print).run()
+    assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == ["report.json"]  # nothing started

@@ -3,8 +3,10 @@ unreachable brokers, busy ports, bad log levels), and test brokers kept out of t
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import time
 from pathlib import Path
 
 import anyio
@@ -98,3 +100,29 @@ def test_test_brokers_listen_below_the_ephemeral_range() -> None:
     for _ in range(20):
         port = broker_port()
         assert port + 1 < low
+
+
+@pytest.mark.anyio
+async def test_the_metrics_page_shows_how_long_the_event_loop_was_blocked() -> None:
+    def lag(page: str) -> float:
+        (line,) = [x for x in page.splitlines() if x.startswith("cua_event_loop_lag_seconds ")]
+        return float(line.split()[1])
+
+    async def page(port: int) -> str:
+        stream = await anyio.connect_tcp("127.0.0.1", port)
+        async with stream:
+            await stream.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    data += await stream.receive()
+        return data.decode()
+
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(serve_metrics, lambda: "", "127.0.0.1", 0)
+        await anyio.sleep(0.3)
+        assert lag(await page(port)) < 0.25  # an idle loop wakes on time
+        time.sleep(0.4)  # noqa: ASYNC251 - the point: a synchronous call blocks the loop
+        await anyio.sleep(0.15)
+        assert lag(await page(port)) >= 0.3
+        tg.cancel_scope.cancel()

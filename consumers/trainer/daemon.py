@@ -38,7 +38,7 @@ from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.feeder import group_id_of, index_of, work_for_group
+from consumers.trainer.feeder import group_id_of, index_of, missing_work, work_for_group
 from consumers.trainer.grpo import (
     DropReason,
     EpisodeResult,
@@ -65,7 +65,7 @@ from cua_stream.bus.consumer import (
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.errors import ConfigError, EngineUnavailable, RecordError
-from cua_stream.events import Event, GroupDropped, PolicyVersion, TrainStep, from_json, to_json
+from cua_stream.events import Event, GroupDropped, PolicyVersion, TrainStep, WorkRequest, from_json, to_json
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
@@ -152,12 +152,19 @@ class Trainer:
             if _identity(event) not in present:
                 await producer.publish(TRAIN_STEPS if not isinstance(event, PolicyVersion) else POLICY, event)
 
-    async def _issued_in_log(self) -> int:
-        """One past the highest group index of this run on the work topic."""
-        highest = -1
-        async for d in scan(self.config.bus, WORK):
-            if d.event.run_id == self.config.run_id:
-                highest = max(highest, index_of(self.config.run_id, d.event.group_id) or 0)
+    async def _issued_in_log(self, producer: EventProducer, decided: set[str]) -> int:
+        """One past the highest group index of this run on the work topic; the requests of a group it
+        was killed while issuing are issued now (a group short of episodes would never complete)."""
+        cfg, highest = self.config, -1
+        issued: list[WorkRequest] = []
+        async for d in scan(cfg.bus, WORK):
+            if d.event.run_id == cfg.run_id and (k := index_of(cfg.run_id, d.event.group_id)) is not None:
+                highest = max(highest, k)
+                if d.event.group_id not in decided:
+                    issued.append(d.event)
+        for work in missing_work(issued, cfg.group_size):
+            log.warning("issuing %s: the last run stopped while issuing its group", work.episode_id)
+            await producer.publish(WORK, work)
         return highest + 1
 
     # -- run ------------------------------------------------------------------------------------------
@@ -188,7 +195,7 @@ class Trainer:
                 if saved.weights and self.config.engine_url and served != str(saved.version):
                     await self._push(http, self.dir / saved.weights, saved.version)
                 await self._reconcile(producer, saved.pending)
-                st.issued = max(saved.issued, await self._issued_in_log())
+                st.issued = max(saved.issued, await self._issued_in_log(producer, set(saved.decided)))
                 await self._loop(producer, http, saved, stop, task_status)
             tg.cancel_scope.cancel()
 

@@ -7,8 +7,10 @@ the scorer's and trainer's dedup by episode id holds across restarts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
+
+import msgspec
 
 from cua_stream.events import TaskRef, WorkRequest
 
@@ -50,4 +52,22 @@ def work_for_group(
             sampling=sampling,
         )
         for i in range(group_size)
+    ]
+
+
+def missing_work(issued: Iterable[WorkRequest], group_size: int) -> list[WorkRequest]:
+    """The episodes a crash kept off the work topic: a trainer killed while it published a group's
+    requests (one by one, each durable) leaves only the first few; each missing one is its siblings' copy
+    under its own index (same task, policy version, sampling and issue time), in index order."""
+    by_group: dict[str, dict[int, WorkRequest]] = {}
+    for work in issued:
+        by_group.setdefault(work.group_id, {})[work.sample_index] = work
+    return [
+        msgspec.structs.replace(
+            sibling, episode_id=f"{group_id}-e{i}", sample_index=i, group_size=group_size, attempt=0
+        )
+        for group_id, present in sorted(by_group.items())
+        for sibling in [next(iter(present.values()))]
+        for i in range(group_size)
+        if i not in present
     ]

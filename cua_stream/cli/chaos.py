@@ -29,6 +29,11 @@ def chaos(
     every: Annotated[float | None, typer.Option(help="Mean seconds between faults (default 3).")] = None,
     steps: Annotated[int | None, typer.Option(help="GRPO steps the trainer takes (default 12).")] = None,
     producers: Annotated[int | None, typer.Option(help="Producer processes (default 2).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Episodes per producer at once (default 4).")
+    ] = None,
+    group_size: Annotated[int | None, typer.Option(help="Episodes per GRPO group (default 4).")] = None,
+    groups_per_step: Annotated[int | None, typer.Option(help="Groups per step (default 2).")] = None,
     duration: Annotated[
         float | None, typer.Option(help="A soak: run this many seconds, the trainer without a step limit.")
     ] = None,
@@ -59,6 +64,9 @@ def chaos(
             "every_s": every,
             "steps": steps,
             "producers": producers,
+            "concurrency": concurrency,
+            "group_size": group_size,
+            "groups_per_step": groups_per_step,
             "duration_s": duration,
             "sample_every_s": sample_every,
             "base_port": base_port,

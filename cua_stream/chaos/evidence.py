@@ -4,6 +4,8 @@ session keys."""
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -20,7 +22,12 @@ READ = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, TRAIN_STEPS, POLICY, DLQ)
 
 
 async def read_run(
-    bus: BusConfig, run_id: str, *, files: Iterable[Path] = (), pages: Mapping[str, bytes] | None = None
+    bus: BusConfig,
+    run_id: str,
+    *,
+    files: Iterable[Path] = (),
+    pages: Mapping[str, bytes] | None = None,
+    exposure: Iterable[str] = (),
 ) -> RunLog:
     """Every committed record of the run's topics (the run's own prefix: everything there is the run's)."""
     names = bus.topics()
@@ -61,6 +68,7 @@ async def read_run(
         undecodable=undecodable,
         secrets_scanned=scanned,
         secrets_found=leaks,
+        exposure=list(exposure),
     )
 
 
@@ -76,3 +84,34 @@ def files_under(*roots: Path) -> list[Path]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.suffix not in WEIGHTS
     ]
+
+
+def listeners(ports: set[int]) -> list[tuple[str, int]]:
+    """(address, port) of every listening TCP socket of this host on ``ports`` (from /proc/net)."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            found += listening(Path(table).read_text(), ports)
+    return found
+
+
+def listening(table: str, ports: set[int]) -> list[tuple[str, int]]:
+    """The LISTEN sockets on ``ports`` in a /proc/net/tcp or tcp6 table. Pure."""
+    out = []
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 4 or fields[3] != "0A":  # 0A: TCP_LISTEN
+            continue
+        hex_addr, hex_port = fields[1].split(":")
+        if (port := int(hex_port, 16)) in ports:
+            out.append((_address(hex_addr), port))
+    return out
+
+
+def _address(hex_addr: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if len(raw) == 4:  # IPv4, in host (little-endian) order
+        return str(ipaddress.IPv4Address(raw[::-1]))
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))  # IPv6: four little-endian words
+    mapped = ipaddress.IPv6Address(words)
+    return str(mapped.ipv4_mapped or mapped)

@@ -46,6 +46,9 @@ class RunLog:
     """Records, files and metrics pages scanned for session keys."""
     secrets_found: list[str] = field(default_factory=list)
     """Where a session key was found."""
+    exposure: list[str] | None = None
+    """What the run found reachable beyond what it should be (listeners beyond loopback, admin routes
+    open to non-admin callers); None: not probed."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,13 @@ def no_session_key_leaked(log: RunLog) -> Check:
     )
 
 
+def nothing_exposed(log: RunLog) -> Check:
+    """The services listen on loopback only (their default) and their admin routes (drain, resume,
+    weight loads, pauses) refuse callers without the admin key."""
+    return _check("loopback only; admin routes need the admin key", 0 if log.exposure is None else 1,
+                  list(log.exposure or []))  # fmt: skip
+
+
 def check_all(log: RunLog, *, max_in_flight: int) -> list[Check]:
     return [
         work_answered(log),
@@ -225,6 +235,7 @@ def check_all(log: RunLog, *, max_in_flight: int) -> list[Check]:
         undecodable_dead_lettered(log),
         discards_reason_coded(log),
         no_session_key_leaked(log),
+        nothing_exposed(log),
     ]
 
 

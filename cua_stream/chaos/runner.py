@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -26,12 +27,13 @@ import yaml
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from cua_stream.auth import bearer_headers
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.reader import scan
 from cua_stream.chaos.config import ChaosConfig
 from cua_stream.chaos.daemons import Daemon
-from cua_stream.chaos.evidence import files_under, read_run
+from cua_stream.chaos.evidence import files_under, listeners, read_run
 from cua_stream.chaos.invariants import Check, check_all
 from cua_stream.chaos.sampling import Point, Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
@@ -125,7 +127,17 @@ class _Broker:
         self.down = False
 
 
-def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusConfig) -> dict:
+@dataclass(frozen=True)
+class Keys:
+    """The run's credentials: the loop runs keyed, as a deployment does (and its admin routes are probed)."""
+
+    gateway: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    gateway_admin: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    engine: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+    engine_admin: str = field(default_factory=lambda: secrets.token_urlsafe(18))
+
+
+def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusConfig, keys: Keys) -> dict:
     engine_url = f"http://127.0.0.1:{cfg.base_port + 10}"
     gateway_url = f"http://127.0.0.1:{cfg.base_port + 11}"
     blobs = str(home / "blobs")
@@ -133,11 +145,13 @@ def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusCo
     return {
         "bus": {"bootstrap_servers": bus.bootstrap_servers, "topic_prefix": bus.topic_prefix},
         "gateway": {"model_path": str(model), "engine_url": engine_url, "port": cfg.base_port + 11,
-                    "blob_dir": blobs},
-        "engine": {"port": cfg.base_port + 10},
+                    "blob_dir": blobs, "api_key": keys.gateway, "admin_api_key": keys.gateway_admin,
+                    "engine_api_key": keys.engine},
+        "engine": {"port": cfg.base_port + 10, "api_key": keys.engine, "admin_api_key": keys.engine_admin},
         "scorer": {},
         "producer": {
             "gateway_url": gateway_url,
+            "gateway_api_key": keys.gateway,
             "environment": "scripted" if fast else "local-desktop",
             "concurrency": cfg.concurrency,
             "max_turns": cfg.turns,
@@ -163,6 +177,8 @@ def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusCo
             "blob_dir": blobs,
             "engine_url": engine_url,
             "gateway_url": gateway_url,
+            "engine_api_key": keys.engine_admin,
+            "gateway_api_key": keys.gateway_admin,
         },
     }  # fmt: skip
 
@@ -209,6 +225,10 @@ class Chaos:
         self.daemons: dict[str, Daemon] = {}
         self.pages: dict[str, bytes] = {}
         self.sampler: Sampler | None = None
+        self.keys = Keys()
+        self.exposure: list[str] = []
+        """Security findings taken while the loop runs: a listener beyond loopback, an admin route that
+        let a non-admin caller in."""
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -232,7 +252,7 @@ class Chaos:
             with anyio.CancelScope(shield=True):
                 await self._stop_daemons()
             files = files_under(home / "logs", home / "trials", home / "trainer")
-            log = await read_run(self.bus, self.run_id, files=files, pages=self.pages)
+            log = await read_run(self.bus, self.run_id, files=files, pages=self.pages, exposure=self.exposure)
         finally:
             with anyio.CancelScope(shield=True):  # Ctrl-C or SIGTERM: nothing is left running
                 await self._stop_daemons()
@@ -259,7 +279,7 @@ class Chaos:
             await admin.create()
         model = await anyio.to_thread.run_sync(tiny_model_dir)
         config_file = self.home / "chaos.yaml"
-        settings = _settings(self.cfg, self.run_id, self.home, model, self.bus)
+        settings = _settings(self.cfg, self.run_id, self.home, model, self.bus, self.keys)
         config_file.write_text(yaml.safe_dump(settings))
         self.daemons = _daemons(self.cfg, self.home, model, config_file)
         for d in self.daemons.values():
@@ -292,6 +312,7 @@ class Chaos:
                     self.emit(f"{d.name} is not ready after the faults (see {d.log})")
             await self._quiesce()
             self.pages = await self._metrics_pages()
+            self.exposure = await self._exposure()
             tg.cancel_scope.cancel()
 
     async def _end_after(self, duration_s: float) -> None:
@@ -303,6 +324,32 @@ class Chaos:
         trainer = self.daemons["trainer"]
         async with trainer.lock:
             trainer.signal(signal.SIGTERM)
+
+    async def _exposure(self) -> list[str]:
+        """What a caller on the network, or a holder of a non-admin key, could reach."""
+        found = [
+            f"port {port} listens on {addr}" for addr, port in listeners(self._ports()) if addr != "127.0.0.1"
+        ]
+        port = self.cfg.base_port
+        gateway, engine = f"http://127.0.0.1:{port + 11}", f"http://127.0.0.1:{port + 10}"
+        probes = [
+            (f"{gateway}/admin/drain", None), (f"{gateway}/admin/drain", self.keys.gateway),
+            (f"{gateway}/admin/resume", self.keys.gateway),
+            (f"{engine}/update_weights_from_disk", None), (f"{engine}/update_weights_from_disk", self.keys.engine),
+            (f"{engine}/pause_generation", self.keys.engine),
+        ]  # fmt: skip
+        async with httpx.AsyncClient(timeout=10) as http:
+            for url, key in probes:
+                r = await http.post(url, json={}, headers=bearer_headers(key))
+                if r.status_code != 401:
+                    found.append(f"POST {url} with {'a non-admin key' if key else 'no key'}: {r.status_code}")
+        return found
+
+    def _ports(self) -> set[int]:
+        base = self.cfg.base_port
+        return {base, base + 10, base + 11, base + 12, base + 13} | {
+            base + 20 + i for i in range(self.cfg.producers)
+        }
 
     async def _metrics_pages(self) -> dict[str, bytes]:
         """Every daemon's metrics page as the run ends (scanned for session keys)."""

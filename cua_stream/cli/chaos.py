@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 from collections import Counter
 from typing import TYPE_CHECKING, Annotated
@@ -77,6 +78,8 @@ def chaos(
         from cua_stream.desktop.doctor import require_desktop
 
         require_desktop()
+    # the run's own clients (sampling, poison records) retry through every broker restart it causes
+    logging.getLogger("cua_stream.bus").setLevel(logging.ERROR)
     runner = Chaos(cfg, emit=lambda line: out.print(line, markup=False))
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the run the way Ctrl-C does: cleanly
     report = anyio.run(runner.run)

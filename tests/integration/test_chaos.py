@@ -66,6 +66,8 @@ def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail
     assert sum(c["lost"] for c in report["checks"]) == 0
     assert sum(c["duplicated"] for c in report["checks"]) == 0
     assert by_name["trained episodes = the expected set"]["checked"] > 0
+    assert by_name["loopback only; admin routes need the admin key"]["checked"] == 1  # probed, none open
+    assert by_name["no session key in records, logs, files, metrics"]["checked"] > 100
     assert by_name["undecodable records are dead-lettered"]["checked"] == wanted[(POISON_TARGET, "poison")]
     # every kill restarted its daemon: more starts than daemons
     assert report["starts"]["trainer"] >= 2 and report["starts"]["engine"] >= 2

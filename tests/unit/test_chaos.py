@@ -7,6 +7,7 @@ import itertools
 import json
 import os
 import secrets
+import socket
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 
 from cua_stream.auth import SESSION_KEY_PREFIX, new_session_key, session_keys_in
 from cua_stream.chaos.config import ChaosConfig
+from cua_stream.chaos.evidence import listeners, listening
 from cua_stream.chaos.invariants import RunLog, check_all, totals
 from cua_stream.chaos.runner import Chaos
 from cua_stream.chaos.sampling import Point, loop_lag, rss_mb
@@ -269,3 +271,39 @@ async def test_a_chaos_run_refuses_a_home_holding_an_earlier_run(tmp_path: Path)
     with pytest.raises(ConfigError, match="chaos.home: .* is not empty"):
         await Chaos(ChaosConfig(home=str(tmp_path)), emit=print).run()
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == ["report.json"]  # nothing started
+
+
+def test_listening_sockets_are_read_from_the_kernels_tables() -> None:
+    tcp = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:9C40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+        "   1: 00000000:9C41 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1\n"
+        "   2: 0100007F:9C42 0100007F:D431 01 00000000:00000000 00:00000000 00000000     0        0 3 1\n"
+    )
+    assert listening(tcp, {40000, 40001, 40002}) == [("127.0.0.1", 40000), ("0.0.0.0", 40001)]
+    tcp6 = (
+        "  sl  local_address                         remote_address                        st\n"
+        "   0: 0000000000000000FFFF00000100007F:1F90 00000000000000000000000000000000:0000 0A\n"
+        "   1: 00000000000000000000000000000000:1F91 00000000000000000000000000000000:0000 0A\n"
+    )
+    assert listening(tcp6, {8080, 8081}) == [("127.0.0.1", 8080), ("::", 8081)]
+    with socket.socket() as loopback, socket.socket() as everywhere:
+        loopback.bind(("127.0.0.1", 0))
+        everywhere.bind(("0.0.0.0", 0))
+        loopback.listen()
+        everywhere.listen()
+        ports = {loopback.getsockname()[1], everywhere.getsockname()[1]}
+        assert sorted(listeners(ports)) == sorted(
+            [("127.0.0.1", loopback.getsockname()[1]), ("0.0.0.0", everywhere.getsockname()[1])]
+        )
+
+
+def test_an_exposed_service_fails_the_run_and_an_unprobed_run_says_so() -> None:
+    run = a_good_run()
+    assert "loopback only; admin routes need the admin key" not in problems(
+        dataclasses.replace(run, exposure=[])
+    )
+    bad = dataclasses.replace(run, exposure=["POST http://127.0.0.1:1/admin/drain with no key: 200"])
+    assert problems(bad)["loopback only; admin routes need the admin key"] == (bad.exposure[0],)
+    (check,) = [c for c in check_all(run, max_in_flight=2) if c.name.startswith("loopback")]
+    assert check.ok and check.checked == 0  # not probed: nothing claimed

@@ -85,8 +85,8 @@ class Sampler:
     async def _group_lag(self, t: float) -> None:
         names = self.bus.topics()
         consumer = make_kafka_consumer(self.bus, group_id=None)
-        await start_consumer(consumer, self.bus)
         try:
+            await start_consumer(consumer, self.bus)
             async with TopicAdmin(self.bus) as admin:
                 for group, spec in self.groups.items():
                     topic = names.name_of(spec)
@@ -95,7 +95,7 @@ class Sampler:
                     ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
                     lag = sum(end - committed.get((tp.topic, tp.partition), 0) for tp, end in ends.items())
                     self.points.append(Point(t, f"lag:{group.rsplit('.', 1)[-1]}", float(lag)))
-        finally:
+        finally:  # also when the broker is down and the sample timed out while starting
             await stop_consumer(consumer)
 
 

@@ -17,6 +17,7 @@ import random
 import secrets
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,7 @@ from cua_stream.chaos.sampling import Point, Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
 from cua_stream.chaos.soak import memory_growth, spreads
 from cua_stream.config import BusConfig, ConfigError
+from cua_stream.events import Discard
 from cua_stream.tasks import TASKS
 from cua_stream.topics import OUTCOMES, SCORES, WORK
 
@@ -68,6 +70,10 @@ class ChaosReport:
     episodes: int
     points: list[Point] = field(default_factory=list)
     """Memory, event-loop lag and consumer lag samples (plotted to ``<home>/resources.png``)."""
+    discards: dict[str, int] = field(default_factory=dict)
+    """Episodes scored as discards, by reason (what the faults did to episodes in flight)."""
+    drops: dict[str, int] = field(default_factory=dict)
+    """Groups dropped by the trainer, by reason."""
 
     soak: bool = False
     """A timed run: its memory must also stay bounded (in a run of kills, restarts reset it anyway)."""
@@ -98,6 +104,8 @@ class ChaosReport:
             ],
             "crashes": self.crashes,
             "starts": self.starts,
+            "discards": self.discards,
+            "drops": self.drops,
             "memory": [
                 {"daemon": g.name, "early_mb": round(g.early_mb, 1), "late_mb": round(g.late_mb, 1),
                  "peak_mb": round(g.peak_mb, 1), "bounded": g.bounded}
@@ -270,6 +278,8 @@ class Chaos:
             episodes=len({w.episode_id for w in log.work}),
             points=self.sampler.points if self.sampler else [],
             soak=cfg.duration_s > 0,
+            discards=dict(Counter(s.verdict.reason for s in log.scores if isinstance(s.verdict, Discard))),
+            drops=dict(Counter(d.reason for d in log.drops)),
         )
 
     async def _start_loop(self) -> None:

@@ -110,6 +110,9 @@ def chaos(
         + (", ".join(f"{n} {codes}" for n, codes in sorted(crashed.items())) or "none")
     )
     _resources(report)
+    for what, counts in (("episodes discarded", report.discards), ("groups dropped", report.drops)):
+        shown = ", ".join(f"{reason} x{n}" for reason, n in sorted(counts.items())) or "none"
+        out.print(f"{what}: {shown}")
     out.print(f"logs, checkpoints and broker data: {report.home}")
     (report.home / "report.json").write_text(json.dumps(report.to_json(), indent=1))
     if not report.ok:

@@ -16,7 +16,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
 from cua_stream.bus.admin import TopicAdmin
-from cua_stream.bus.consumer import make_kafka_consumer, start_consumer, stop_consumer
+from cua_stream.bus.consumer import make_kafka_consumer, partitions_of, start_consumer, stop_consumer
 from cua_stream.chaos.daemons import Daemon
 from cua_stream.config import BusConfig
 from cua_stream.metrics import LoopLag
@@ -91,7 +91,7 @@ class Sampler:
                 for group, spec in self.groups.items():
                     topic = names.name_of(spec)
                     committed = await admin.committed(group)
-                    parts = consumer.partitions_for_topic(topic) or set()
+                    parts = await partitions_of(consumer, topic)
                     ends = await consumer.end_offsets([TopicPartition(topic, p) for p in parts])
                     lag = sum(end - committed.get((tp.topic, tp.partition), 0) for tp, end in ends.items())
                     self.points.append(Point(t, f"lag:{group.rsplit('.', 1)[-1]}", float(lag)))

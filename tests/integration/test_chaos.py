@@ -69,6 +69,9 @@ def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail
     assert by_name["loopback only; admin routes need the admin key"]["checked"] == 1  # probed, none open
     assert by_name["no session key in records, logs, files, metrics"]["checked"] > 100
     assert by_name["undecodable records are dead-lettered"]["checked"] == wanted[(POISON_TARGET, "poison")]
+    # sampled while it ran: every daemon's memory, and the work in the producers' hands as their lag
+    assert {m["daemon"] for m in report["memory"]} >= {"broker", "engine", "gateway", "scorer", "trainer"}
+    assert report["consumer_lag"]["producers"][2] > 0
     # every kill restarted its daemon: more starts than daemons
     assert report["starts"]["trainer"] >= 2 and report["starts"]["engine"] >= 2
     assert "lost 0, duplicated 0" in done.stdout.replace("\n", " ")

@@ -25,7 +25,9 @@ from cua_stream.topics import Topics
 __all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "read_file"]
 
 ENV_PREFIX = "CUA_"
-SECTIONS = frozenset({"bus", "broker", "engine", "gateway", "producer", "scorer", "trainer", "demo", "chaos"})
+SECTIONS = frozenset(
+    {"bus", "broker", "engine", "gateway", "producer", "scorer", "trainer", "demo", "chaos", "dashboard"}
+)
 """The sections a config file may have: ``bus`` plus one per daemon config."""
 
 

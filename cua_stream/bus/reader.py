@@ -60,7 +60,7 @@ class Bound:
         return cls("time", int(dt.timestamp() * 1000))
 
 
-async def _resolve(
+async def resolve(
     consumer: AIOKafkaConsumer, tps: list[TopicPartition], bound: Bound
 ) -> dict[TopicPartition, int]:
     first = await consumer.beginning_offsets(tps)
@@ -93,8 +93,8 @@ async def read_raw(
             raise LookupError(f"topic {topic!r} does not exist (or has no partitions)")
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
-        begin = await _resolve(consumer, tps, start)
-        stop = await _resolve(consumer, tps, end)
+        begin = await resolve(consumer, tps, start)
+        stop = await resolve(consumer, tps, end)
         pending = {tp for tp in tps if begin[tp] < stop[tp]}
         for tp in tps:
             consumer.seek(tp, begin[tp])

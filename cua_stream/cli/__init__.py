@@ -42,6 +42,7 @@ SUBCOMMANDS: dict[str, str] = {
     "gateway": "cua_stream.cli.gateway:gateway",
     "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",
     "chaos": "cua_stream.cli.chaos:chaos",
+    "dashboard": "cua_stream.cli.dashboard:dashboard",
 }
 
 

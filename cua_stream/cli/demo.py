@@ -246,4 +246,6 @@ def _summary(
     out.print("A random tiny policy earns 0 on every task (the bundled tasks' oracle solves each one), so these "
               "steps move no weights yet: the loop, not the learning, is what this shows.")  # fmt: skip
     out.print("Replay any of it: [bold]cua-stream replay --topic turns -o turns.jsonl[/bold]; "
-              "follow it live: [bold]cua-stream tap[/bold]")  # fmt: skip
+              "follow it live: [bold]cua-stream tap[/bold]; see it on a web page (rewards, verdicts, each "
+              "episode's screenshots and actions): [bold]cua-stream dashboard --model-path "
+              f"{trainer.model_path}[/bold], then http://127.0.0.1:8050/")  # fmt: skip

@@ -1,0 +1,193 @@
+"""The board: what the dashboard shows, folded from the records as they arrive. Pure: no I/O.
+
+Per step: mean reward, logprob gap, grad norm, policy version (``TrainStep``); verdicts by reason
+(``ScoreEvent``); dropped groups by reason; the staleness of every trained group (how many versions its
+work lagged the weights it trained); throughput (episodes finished per minute of record time); call
+latency (engine and gateway time of the recent calls); and the recent episodes, each with its calls in
+order (images by hash, completion tokens), its outcome and its verdict. Memory is bounded: the recent
+calls and episodes are kept in fixed windows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from cua_stream.events import (
+    CallRecord,
+    DeadLetter,
+    Discard,
+    GroupDropped,
+    OutcomeEvent,
+    PolicyVersion,
+    ScoreEvent,
+    TrainStep,
+    WorkRequest,
+)
+
+EPISODES_KEPT = 300
+CALLS_KEPT = 2000
+GROUP_VERSIONS_KEPT = 20_000
+
+
+@dataclass
+class Call:
+    seq: int
+    kind: str
+    attempt: int
+    completion_ids: list[int]
+    finish_reason: str
+    images: list[str]
+    """sha256 of each image of the call's new prompt part (served from the blob store)."""
+    policy_version: int
+    engine_ms: float
+    gateway_ms: float
+
+
+@dataclass
+class Episode:
+    episode_id: str
+    group_id: str
+    task: str = ""
+    calls: list[Call] = field(default_factory=list)
+    outcome: dict[str, Any] | None = None
+    verdict: str = ""
+    """``reward 1 (ok)`` or ``discard (sandbox_lost)``; empty until scored."""
+
+
+@dataclass
+class Board:
+    steps: list[dict[str, float]] = field(default_factory=list)
+    verdicts: Counter[str] = field(default_factory=Counter)
+    drops: Counter[str] = field(default_factory=Counter)
+    dead_letters: Counter[str] = field(default_factory=Counter)
+    staleness: Counter[int] = field(default_factory=Counter)
+    finished_per_minute: Counter[int] = field(default_factory=Counter)
+    """Episodes finished (outcomes), by minute of their finish time (epoch minutes)."""
+    latency: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=CALLS_KEPT))
+    """(engine ms, gateway ms) of the recent calls."""
+    episodes: OrderedDict[str, Episode] = field(default_factory=OrderedDict)
+    group_versions: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """The policy version each recent group's work was issued under (for staleness)."""
+    trained_unmatched: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """Trained groups whose work record has not been read yet (topics are read side by side, in no
+    order between them), with the version they trained into: counted when their work arrives."""
+    latest_version: int = 0
+    records: int = 0
+
+    # -- folding ------------------------------------------------------------------------------------
+
+    def add(self, event: object) -> None:
+        self.records += 1
+        match event:
+            case WorkRequest():
+                self.group_versions[event.group_id] = event.policy_version
+                while len(self.group_versions) > GROUP_VERSIONS_KEPT:
+                    self.group_versions.popitem(last=False)
+                if (trained := self.trained_unmatched.pop(event.group_id, None)) is not None:
+                    self._stale(trained, event.policy_version)
+                self._episode(event.episode_id, event.group_id).task = event.task.name
+            case CallRecord():
+                ep = self._episode(event.episode_id, event.group_id)
+                ep.calls.append(
+                    Call(
+                        seq=event.seq, kind=event.kind.value, attempt=event.attempt,
+                        completion_ids=list(event.completion_ids), finish_reason=event.finish_reason,
+                        images=[i.sha256 for i in event.images], policy_version=event.policy_version,
+                        engine_ms=event.engine_ms, gateway_ms=event.gateway_ms,
+                    )
+                )  # fmt: skip
+                ep.calls.sort(key=lambda c: (c.attempt, c.seq))
+                self.latency.append((event.engine_ms, event.gateway_ms))
+            case OutcomeEvent():
+                ep = self._episode(event.episode_id, event.group_id)
+                ep.task = event.task
+                ep.outcome = {
+                    "attempt": event.attempt,
+                    "rewards": event.rewards,
+                    "exception": event.exception.type if event.exception else None,
+                    "early_termination_reason": event.early_termination_reason,
+                    "n_turns": event.n_turns,
+                    "seconds": round(event.finished_at - event.started_at, 2),
+                }
+                self.finished_per_minute[int(event.finished_at // 60)] += 1
+            case ScoreEvent():
+                verdict = event.verdict
+                label = (
+                    f"discard ({verdict.reason})"
+                    if isinstance(verdict, Discard)
+                    else f"reward {verdict.value:g} ({verdict.reason})"
+                )
+                self.verdicts[label] += 1
+                self._episode(event.episode_id, event.group_id).verdict = label
+            case TrainStep():
+                m = event.metrics
+                self.steps.append(
+                    {
+                        "step": event.step,
+                        "policy_version": event.policy_version,
+                        "mean_reward": m.get("mean_reward", 0.0),
+                        "logprob_gap": m.get("logprob_gap", 0.0),
+                        "grad_norm": m.get("grad_norm", 0.0),
+                        "episodes": event.n_episodes,
+                        "finished_at": event.finished_at,
+                    }
+                )
+                for group_id in event.group_ids:
+                    if (issued := self.group_versions.get(group_id)) is not None:
+                        self._stale(event.policy_version, issued)
+                    else:
+                        self.trained_unmatched[group_id] = event.policy_version
+                        while len(self.trained_unmatched) > GROUP_VERSIONS_KEPT:
+                            self.trained_unmatched.popitem(last=False)
+            case GroupDropped():
+                self.drops[event.reason] += 1
+            case PolicyVersion():
+                self.latest_version = max(self.latest_version, event.version)
+            case DeadLetter():
+                self.dead_letters[event.reason] += 1
+
+    def _stale(self, trained_version: int, issued_version: int) -> None:
+        """A group trained into ``trained_version`` (by weights one version older) from work issued under
+        ``issued_version``: how many versions its rollouts lagged."""
+        self.staleness[max(0, trained_version - 1 - issued_version)] += 1
+
+    def _episode(self, episode_id: str, group_id: str) -> Episode:
+        ep = self.episodes.get(episode_id)
+        if ep is None:
+            ep = self.episodes[episode_id] = Episode(episode_id, group_id)
+            while len(self.episodes) > EPISODES_KEPT:
+                self.episodes.popitem(last=False)
+        return ep
+
+    # -- what the page reads ----------------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        engine = sorted(e for e, _ in self.latency)
+        gateway = sorted(g for _, g in self.latency)
+        minutes = sorted(self.finished_per_minute.items())[-30:]
+        return {
+            "records": self.records,
+            "latest_version": self.latest_version,
+            "steps": self.steps[-200:],
+            "verdicts": dict(self.verdicts.most_common()),
+            "drops": dict(self.drops.most_common()),
+            "dead_letters": dict(self.dead_letters.most_common()),
+            "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
+            "throughput": [{"minute": m, "episodes": n} for m, n in minutes],
+            "latency_ms": {
+                "engine_p50": _pct(engine, 0.5), "engine_p95": _pct(engine, 0.95),
+                "gateway_p50": _pct(gateway, 0.5), "gateway_p95": _pct(gateway, 0.95),
+                "calls": len(engine),
+            },
+            "episodes": [
+                {"episode_id": e.episode_id, "task": e.task, "calls": len(e.calls), "verdict": e.verdict}
+                for e in reversed(self.episodes.values())
+            ][:50],
+        }  # fmt: skip
+
+
+def _pct(values: list[float], q: float) -> float:
+    """The q-quantile of sorted ``values`` (nearest rank), 0 for none."""
+    return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else 0.0

@@ -1,0 +1,50 @@
+"""Configuration of the dashboard (section ``dashboard``; env ``CUA_DASHBOARD_<FIELD>``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from cua_stream.bus.reader import Bound
+from cua_stream.config import BusConfig, ConfigError, build, bus_config, state_dir
+
+
+class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What the dashboard reads (live, or a replayed range) and where it serves the page."""
+
+    host: str = "127.0.0.1"
+    port: int = 8050
+    start: str = ""
+    """Where reading starts on every topic's partitions: an offset, ``@epoch-ms``, an ISO-8601 time or
+    ``beginning``; empty: the beginning (the whole run so far)."""
+    end: str = ""
+    """Where a replayed range ends (same forms); empty: follow live."""
+    blob_dir: str = ""
+    """The gateway's blob store, for the episode view's screenshots; empty: ``<state dir>/blobs``."""
+    model_path: str = ""
+    """The served model's directory: its tokenizer shows each call's completion as text (empty: ids)."""
+    bus: BusConfig = BusConfig()
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError("dashboard.port: must be 0..65535")
+        for name in ("start", "end"):
+            try:
+                Bound.parse(getattr(self, name), default="beginning")
+            except ValueError as e:
+                raise ConfigError(f"dashboard.{name}: {e}") from None
+
+    @property
+    def blobs(self) -> str:
+        return self.blob_dir or str(state_dir() / "blobs")
+
+
+def dashboard_config(
+    file_data: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    bus_overrides: Mapping[str, Any] | None = None,
+) -> DashboardConfig:
+    cfg = build(DashboardConfig, "dashboard", file_data=file_data, overrides=overrides)
+    return msgspec.structs.replace(cfg, bus=bus_config(bus_overrides, file_data))

@@ -1,0 +1,46 @@
+"""`cua-stream dashboard`: the run on a web page, live from the topics or over a replayed range."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file
+
+
+@friendly_errors
+def dashboard(
+    port: Annotated[int | None, typer.Option(help="Listen port (default 8050).")] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    start: Annotated[
+        str | None, typer.Option("--from", help="Start: offset, @epoch-ms, ISO time (default: beginning).")
+    ] = None,
+    end: Annotated[
+        str | None, typer.Option("--to", help="End of a replayed range (default: follow live).")
+    ] = None,
+    blob_dir: Annotated[str | None, typer.Option(help="The gateway's blob store (screenshots).")] = None,
+    model_path: Annotated[
+        str | None, typer.Option(help="Model dir: its tokenizer shows actions as text.")
+    ] = None,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """Serve a web page fed live from the topics (server-sent events): reward per step, verdicts and
+    drops by reason, staleness, throughput, call latency, logprob gap and grad norm, and each recent
+    episode's calls in order with their screenshots, actions and verdict. --from/--to replay a range."""
+    import uvicorn
+
+    from consumers.dashboard.config import dashboard_config
+    from consumers.dashboard.server import build_app
+
+    cfg = dashboard_config(
+        load_file(config),
+        overrides={"port": port, "host": host, "start": start, "end": end, "blob_dir": blob_dir,
+                   "model_path": model_path},
+        bus_overrides={"bootstrap_servers": bootstrap, "topic_prefix": prefix},
+    )  # fmt: skip
+    print(f"dashboard on http://{cfg.host}:{cfg.port}/ (topics {cfg.bus.topic_prefix}.*)", file=sys.stderr)
+    uvicorn.run(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning")

@@ -1,0 +1,86 @@
+"""The dashboard's board (pure): what it shows from the records, whatever order the topics arrive in, in
+bounded memory."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from consumers.dashboard import board as board_module
+from consumers.dashboard.board import Board
+from cua_stream.events import (
+    CallKind,
+    Discard,
+    GroupDropped,
+    ImageRef,
+    Logprobs,
+    OutcomeEvent,
+    PolicyVersion,
+    Reward,
+    ScoreEvent,
+    TaskRef,
+    TokenIds,
+    TrainStep,
+    TurnEvent,
+    WorkRequest,
+)  # fmt: skip
+
+
+def work(g: int, version: int) -> WorkRequest:
+    return WorkRequest(run_id="r", group_id=f"g{g}", episode_id=f"g{g}-e0", task=TaskRef(name="t"),
+                       sample_index=0, group_size=1, policy_version=version, created_at=0.0)  # fmt: skip
+
+
+def step(n: int, *groups: int) -> TrainStep:
+    return TrainStep(run_id="r", step=n, policy_version=n, n_groups=len(groups), n_episodes=1, n_samples=1,
+                     loss=0.0, group_ids=tuple(f"g{g}" for g in groups), finished_at=0.0,
+                     metrics={"mean_reward": n / 10, "logprob_gap": 0.0, "grad_norm": 1.0})  # fmt: skip
+
+
+def test_staleness_is_the_same_whichever_topic_is_read_first() -> None:
+    records = [work(0, 0), work(1, 0), work(2, 1), step(1, 0), step(2, 1, 2)]
+    results = set()
+    for order in itertools.permutations(records):
+        b = Board()
+        for r in order:
+            b.add(r)
+        results.add(tuple(sorted(b.staleness.items())))
+    assert results == {((0, 2), (1, 1))}  # g0 and g2 trained on the next version; g1 one version late
+
+
+def test_verdicts_drops_latency_throughput_and_an_episodes_calls_in_order() -> None:
+    b = Board()
+    ids = {"run_id": "r", "group_id": "g0", "episode_id": "g0-e0"}
+    image = ImageRef(sha256="ab" * 32, size=1, width=1, height=1)
+    for seq in (1, 0):  # out of order on the topic
+        b.add(TurnEvent(**ids, seq=seq, call_id=f"c{seq}", kind=CallKind.AGENT_TURN, prompt_ids=TokenIds([1]),
+                        completion_ids=TokenIds([5, 6]), completion_logprobs=Logprobs([-1.0, -1.0]),
+                        images=(image,), policy_version=0, finish_reason="stop", started_at=0.0,
+                        engine_ms=100.0 * (seq + 1), gateway_ms=110.0 * (seq + 1)))  # fmt: skip
+    b.add(OutcomeEvent(**ids, task="t", policy_version=0, agent_started=True, rewards={"reward": 1.0},
+                       n_turns=2, started_at=60.0, finished_at=125.0))  # fmt: skip
+    b.add(ScoreEvent(**ids, verdict=Reward(value=1.0), policy_version=0, scored_at=0.0))
+    b.add(ScoreEvent(**{**ids, "episode_id": "g0-e1"}, verdict=Discard(reason="sandbox_lost"),
+                     policy_version=0, scored_at=0.0))  # fmt: skip
+    b.add(GroupDropped(run_id="r", group_id="g0", reason="discarded", trainer_version=0, dropped_at=0.0))
+    b.add(PolicyVersion(run_id="r", version=4, weights_path="w", step=4, published_at=0.0))
+    s = b.summary()
+    assert s["verdicts"] == {"reward 1 (ok)": 1, "discard (sandbox_lost)": 1} and s["drops"] == {
+        "discarded": 1
+    }
+    assert s["latency_ms"] == {"engine_p50": 200.0, "engine_p95": 200.0, "gateway_p50": 220.0,
+                               "gateway_p95": 220.0, "calls": 2}  # fmt: skip
+    assert s["throughput"] == [{"minute": 2, "episodes": 1}] and s["latest_version"] == 4
+    ep = b.episodes["g0-e0"]
+    assert [c.seq for c in ep.calls] == [0, 1] and ep.verdict == "reward 1 (ok)" and ep.task == "t"
+    assert ep.outcome is not None and ep.outcome["seconds"] == 65.0
+
+
+def test_the_board_keeps_a_bounded_window_of_episodes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(board_module, "EPISODES_KEPT", 5)
+    b = Board()
+    for g in range(12):
+        b.add(work(g, 0))
+    assert list(b.episodes) == [f"g{g}-e0" for g in range(7, 12)]
+    assert len(b.summary()["episodes"]) == 5 and b.records == 12

@@ -178,6 +178,11 @@ class EngineUnavailable(CuaError):
     retriable = True
 
 
+class EngineUnreachable(EngineUnavailable):
+    """The engine did not answer at all, after retries (restarting, rescheduled, partitioned away): a
+    trainer goes on training and loads its weights there once it answers again."""
+
+
 class EngineProtocolError(CuaError):
     """The engine's reply is not a valid /generate response (the client gets 502)."""
 

@@ -64,7 +64,7 @@ from cua_stream.bus.consumer import (
 )
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
-from cua_stream.errors import ConfigError, EngineUnavailable, RecordError
+from cua_stream.errors import ConfigError, EngineUnavailable, EngineUnreachable, RecordError
 from cua_stream.events import Event, GroupDropped, PolicyVersion, TrainStep, WorkRequest, from_json, to_json
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
@@ -411,7 +411,10 @@ class Trainer:
         )
         await anyio.to_thread.run_sync(ckpt.save, self.dir, checkpoint, self.backend.optimizer_state())  # b.
         if weights_changed and cfg.engine_url:
-            await self._push(http, self.dir / weights, st.version)  # c.
+            try:
+                await self._push(http, self.dir / weights, st.version)  # c.
+            except EngineUnreachable as e:  # the engine watch loads them when it is back
+                log.warning("%s; training goes on", e)
         for event in outputs:  # d.
             await producer.publish(POLICY if isinstance(event, PolicyVersion) else TRAIN_STEPS, event)
         st.drops = []

@@ -1,9 +1,10 @@
 """Putting new weights on the engine: drain the gateway (calls in flight finish, new ones wait), load the
 weights with SGLang's ``/update_weights_from_disk`` under their version, resume the gateway.
 
-An engine that cannot be reached is retried with backoff (``EngineUnavailable`` is retriable) and then
-reported in one line; the checkpoint is already written, so a restarted trainer loads the same weights
-again. A gateway that cannot be reached is not drained (it has no calls in flight to protect) and the
+An engine that cannot be reached is retried with backoff, then reported (``EngineUnreachable``): the
+trainer goes on and loads the weights once the engine answers again (the checkpoint holds them). An
+engine that answers but refuses the weights (a wrong key, a bad path) is an ``EngineUnavailable`` that
+stops the trainer with one line. A gateway that cannot be reached is not drained (it has no calls in flight to protect) and the
 update goes ahead, with a warning.
 """
 
@@ -17,7 +18,7 @@ import httpx
 
 from cua_stream.auth import bearer_headers
 from cua_stream.bus.connect import backoff_s
-from cua_stream.errors import EngineUnavailable
+from cua_stream.errors import EngineUnavailable, EngineUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -53,9 +54,9 @@ async def push_weights(
                 break
             except httpx.TransportError as e:
                 if attempt == ATTEMPTS:
-                    raise EngineUnavailable(
+                    raise EngineUnreachable(
                         f"the engine at {engine_url} could not be reached to load weights v{version} "
-                        f"({type(e).__name__}); they are checkpointed and load again on restart"
+                        f"({type(e).__name__}); they are checkpointed and load once it answers"
                     ) from None
                 await anyio.sleep(backoff_s(attempt))
         if r.status_code != 200 or not r.json().get("success"):

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from consumers.trainer import checkpoint, weights
-from cua_stream.errors import ConfigError, EngineUnavailable
+from cua_stream.errors import ConfigError, EngineUnreachable
 
 pytestmark = pytest.mark.anyio
 
@@ -50,7 +50,7 @@ async def test_an_unreachable_engine_is_retried_then_reported_and_the_gateway_re
         return httpx.Response(200, json={"idle": True})
 
     async with client(handler) as http:
-        with pytest.raises(EngineUnavailable, match="could not be reached to load weights v3"):
+        with pytest.raises(EngineUnreachable, match="could not be reached to load weights v3"):
             await weights.push_weights(
                 http, engine_url="http://engine", gateway_url="http://gateway", weights=Path("/w"), version=3
             )

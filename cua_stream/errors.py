@@ -214,6 +214,7 @@ POLICY: dict[type[CuaError], Action] = {
     Refusal: Action.REFUSE,
     EngineHTTPError: Action.REFUSE,
     EngineUnavailable: Action.RETRY,
+    EngineUnreachable: Action.RETRY,
     EngineProtocolError: Action.REFUSE,
 }
 

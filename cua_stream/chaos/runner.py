@@ -14,13 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import secrets
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 import httpx
@@ -32,88 +29,19 @@ from cua_stream.auth import bearer_headers
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.reader import scan
+from cua_stream.chaos import loop
 from cua_stream.chaos.config import ChaosConfig
 from cua_stream.chaos.daemons import Daemon
 from cua_stream.chaos.evidence import files_under, listeners, read_run
-from cua_stream.chaos.invariants import Check, check_all
-from cua_stream.chaos.sampling import Point, Sampler
+from cua_stream.chaos.invariants import check_all
+from cua_stream.chaos.report import Applied, ChaosReport
+from cua_stream.chaos.sampling import Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
-from cua_stream.chaos.soak import memory_growth, spreads
 from cua_stream.config import BusConfig, ConfigError
 from cua_stream.events import Discard
-from cua_stream.tasks import TASKS
 from cua_stream.topics import OUTCOMES, SCORES, WORK
 
 Emit = Callable[[str], None]
-
-
-@dataclass
-class Applied:
-    fault: Fault
-    at_s: float
-    """When it was applied (seconds after the start; later than planned when its target was busy)."""
-    recovered_s: float | None = None
-    """How long until the target answered again (kill, broker restart)."""
-
-
-@dataclass
-class ChaosReport:
-    run_id: str
-    home: Path
-    applied: list[Applied]
-    skipped: list[Fault]
-    checks: list[Check]
-    crashes: dict[str, list[int]]
-    starts: dict[str, int]
-    wall_s: float
-    steps: int
-    episodes: int
-    points: list[Point] = field(default_factory=list)
-    """Memory, event-loop lag and consumer lag samples (plotted to ``<home>/resources.png``)."""
-    discards: dict[str, int] = field(default_factory=dict)
-    """Episodes scored as discards, by reason (what the faults did to episodes in flight)."""
-    drops: dict[str, int] = field(default_factory=dict)
-    """Groups dropped by the trainer, by reason."""
-
-    soak: bool = False
-    """A timed run: its memory must also stay bounded (in a run of kills, restarts reset it anyway)."""
-
-    @property
-    def ok(self) -> bool:
-        memory = all(g.bounded for g in memory_growth(self.points)) if self.soak else True
-        return all(c.ok for c in self.checks) and memory
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "run_id": self.run_id,
-            "ok": self.ok,
-            "wall_s": round(self.wall_s, 1),
-            "steps": self.steps,
-            "episodes": self.episodes,
-            "faults": [
-                {"planned_s": a.fault.at_s, "at_s": round(a.at_s, 2), "target": a.fault.target,
-                 "action": a.fault.action.value, "hold_s": a.fault.hold_s,
-                 "recovered_s": None if a.recovered_s is None else round(a.recovered_s, 2)}
-                for a in self.applied
-            ],
-            "skipped": len(self.skipped),
-            "checks": [
-                {"name": c.name, "checked": c.checked, "lost": c.lost, "duplicated": c.duplicated,
-                 "problems": list(c.problems[:20])}
-                for c in self.checks
-            ],
-            "crashes": self.crashes,
-            "starts": self.starts,
-            "discards": self.discards,
-            "drops": self.drops,
-            "memory": [
-                {"daemon": g.name, "early_mb": round(g.early_mb, 1), "late_mb": round(g.late_mb, 1),
-                 "peak_mb": round(g.peak_mb, 1), "bounded": g.bounded}
-                for g in memory_growth(self.points)
-            ],
-            "loop_lag_s": {s.name: [s.p50, s.p99, s.max] for s in spreads(self.points, "loop")},
-            "consumer_lag": {s.name: [s.p50, s.p99, s.max] for s in spreads(self.points, "lag")},
-        }  # fmt: skip
 
 
 class _Broker:
@@ -135,90 +63,6 @@ class _Broker:
         self.down = False
 
 
-@dataclass(frozen=True)
-class Keys:
-    """The run's credentials: the loop runs keyed, as a deployment does (and its admin routes are probed)."""
-
-    gateway: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-    gateway_admin: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-    engine: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-    engine_admin: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-
-
-def _settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusConfig, keys: Keys) -> dict:
-    engine_url = f"http://127.0.0.1:{cfg.base_port + 10}"
-    gateway_url = f"http://127.0.0.1:{cfg.base_port + 11}"
-    blobs = str(home / "blobs")
-    fast = cfg.mode == "fast"
-    return {
-        "bus": {"bootstrap_servers": bus.bootstrap_servers, "topic_prefix": bus.topic_prefix},
-        "gateway": {"model_path": str(model), "engine_url": engine_url, "port": cfg.base_port + 11,
-                    "blob_dir": blobs, "api_key": keys.gateway, "admin_api_key": keys.gateway_admin,
-                    "engine_api_key": keys.engine},
-        "engine": {"port": cfg.base_port + 10, "api_key": keys.engine, "admin_api_key": keys.engine_admin},
-        "scorer": {},
-        "producer": {
-            "gateway_url": gateway_url,
-            "gateway_api_key": keys.gateway,
-            "environment": "scripted" if fast else "local-desktop",
-            "concurrency": cfg.concurrency,
-            "max_turns": cfg.turns,
-            "desktop_width": cfg.desktop_size if fast else 800,
-            "desktop_height": cfg.desktop_size if fast else 600,
-            "trials_dir": str(home / "trials"),
-            "drain_timeout_s": 60.0,
-            "agent_timeout_s": 300.0,
-        },
-        "trainer": {
-            "run_id": run_id,
-            "model_path": str(model),
-            "tasks": list(TASKS),
-            "group_size": cfg.group_size,
-            "groups_per_step": cfg.groups_per_step,
-            "max_staleness": cfg.max_staleness,
-            "max_steps": 0 if cfg.duration_s else cfg.steps,
-            "max_new_tokens": cfg.max_new_tokens,
-            "temperature": 1.0,
-            "lr": 1e-4,
-            "group_timeout_s": 600.0,
-            "checkpoint_dir": str(home / "trainer"),
-            "blob_dir": blobs,
-            "engine_url": engine_url,
-            "gateway_url": gateway_url,
-            "engine_api_key": keys.engine_admin,
-            "gateway_api_key": keys.gateway_admin,
-        },
-    }  # fmt: skip
-
-
-def _daemons(cfg: ChaosConfig, home: Path, model: Path, config_file: Path) -> dict[str, Daemon]:
-    c, logs, port = ["--config", str(config_file)], home / "logs", cfg.base_port
-
-    def metrics(p: int) -> str:
-        return f"http://127.0.0.1:{p}/metrics"
-
-    daemons = {
-        "engine": Daemon("engine", ["engine", str(model), *c], f"http://127.0.0.1:{port + 10}/health",
-                         logs / "engine.log"),
-        "gateway": Daemon("gateway", ["gateway", *c], f"http://127.0.0.1:{port + 11}/health",
-                          logs / "gateway.log", metrics_url=f"http://127.0.0.1:{port + 11}/metrics"),
-        "scorer": Daemon("scorer", ["scorer", *c, "--metrics-port", str(port + 12)], metrics(port + 12),
-                         logs / "scorer.log"),
-    }  # fmt: skip
-    for i in range(cfg.producers):
-        p = port + 20 + i
-        daemons[f"producer-{i}"] = Daemon(
-            f"producer-{i}",
-            ["producer", *c, "--metrics-port", str(p)],
-            metrics(p),
-            logs / f"producer-{i}.log",
-        )
-    daemons["trainer"] = Daemon(
-        "trainer", ["trainer", *c, "--metrics-port", str(port + 13)], metrics(port + 13), logs / "trainer.log"
-    )
-    return daemons
-
-
 class Chaos:
     def __init__(self, cfg: ChaosConfig, emit: Emit) -> None:
         self.cfg, self.emit = cfg, emit
@@ -233,7 +77,7 @@ class Chaos:
         self.daemons: dict[str, Daemon] = {}
         self.pages: dict[str, bytes] = {}
         self.sampler: Sampler | None = None
-        self.keys = Keys()
+        self.keys = loop.Keys()
         self.exposure: list[str] = []
         """Security findings taken while the loop runs: a listener beyond loopback, an admin route that
         let a non-admin caller in."""
@@ -289,9 +133,9 @@ class Chaos:
             await admin.create()
         model = await anyio.to_thread.run_sync(tiny_model_dir)
         config_file = self.home / "chaos.yaml"
-        settings = _settings(self.cfg, self.run_id, self.home, model, self.bus, self.keys)
+        settings = loop.settings(self.cfg, self.run_id, self.home, model, self.bus, self.keys)
         config_file.write_text(yaml.safe_dump(settings))
-        self.daemons = _daemons(self.cfg, self.home, model, config_file)
+        self.daemons = loop.daemons(self.cfg, self.home, model, config_file)
         for d in self.daemons.values():
             d.start()
         for d in self.daemons.values():
@@ -338,7 +182,9 @@ class Chaos:
     async def _exposure(self) -> list[str]:
         """What a caller on the network, or a holder of a non-admin key, could reach."""
         found = [
-            f"port {port} listens on {addr}" for addr, port in listeners(self._ports()) if addr != "127.0.0.1"
+            f"port {port} listens on {addr}"
+            for addr, port in listeners(loop.ports(self.cfg))
+            if addr != "127.0.0.1"
         ]
         port = self.cfg.base_port
         gateway, engine = f"http://127.0.0.1:{port + 11}", f"http://127.0.0.1:{port + 10}"

@@ -15,7 +15,7 @@ from rich.table import Table
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
 
 if TYPE_CHECKING:
-    from cua_stream.chaos.runner import ChaosReport
+    from cua_stream.chaos.report import ChaosReport
 
 out = Console(highlight=False)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import time
 from collections import Counter
@@ -48,10 +47,9 @@ class _Broker:
     """The broker as a fault target: stopped (or SIGKILLed) and started on the same data."""
 
     def __init__(self, broker: LocalBroker) -> None:
-        self.broker, self.lock, self.down = broker, anyio.Lock(), False
+        self.broker, self.lock = broker, anyio.Lock()
 
     async def restart(self, hold_s: float, hard: bool) -> None:
-        self.down = True
         pid = self.broker.status().pid
         if hard and pid is not None:
             os.kill(pid, signal.SIGKILL)
@@ -60,7 +58,6 @@ class _Broker:
             await anyio.to_thread.run_sync(self.broker.stop)
         await anyio.sleep(hold_s)
         await anyio.to_thread.run_sync(self.broker.start)
-        self.down = False
 
 
 class Chaos:
@@ -242,12 +239,9 @@ class Chaos:
                 applied = self._record(fault)
                 if applied is None:
                     return
-                hard = random.Random(fault.at_s).random() < 0.5
-                self.emit(
-                    f"t+{self.now():6.1f}s broker      {'SIGKILL' if hard else 'stop'}, down {fault.hold_s:.1f}s"
-                )
+                self.emit(fault.describe(self.now()))
                 started = self.now()
-                await self.broker.restart(fault.hold_s, hard)
+                await self.broker.restart(fault.hold_s, fault.hard)
                 applied.recovered_s = self.now() - started
             return
         d = self.daemons[fault.target]
@@ -258,7 +252,7 @@ class Chaos:
             applied = self._record(fault)
             if applied is None:
                 return
-            self.emit(fault.describe().replace(f"t+{fault.at_s:6.1f}s", f"t+{self.now():6.1f}s", 1))
+            self.emit(fault.describe(self.now()))
             d.held = True
             if fault.action is Action.PAUSE:
                 d.signal(signal.SIGSTOP)
@@ -287,7 +281,7 @@ class Chaos:
         applied = self._record(fault)
         if applied is None:
             return
-        self.emit(f"t+{self.now():6.1f}s {fault.target:<11} an undecodable record")
+        self.emit(fault.describe(self.now()))
         topic = self.bus.topics().name_of(OUTCOMES)
         value = b"\xc1 not msgpack: chaos poison " + str(fault.at_s).encode()
         while True:

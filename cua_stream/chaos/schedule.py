@@ -54,15 +54,18 @@ class Fault:
     target: str
     hold_s: float
     """Down time before the restart (kill, broker), or the length of a pause."""
+    hard: bool = False
+    """A broker restart by SIGKILL (log recovery on start) rather than a clean stop."""
 
-    def describe(self) -> str:
+    def describe(self, at_s: float | None = None) -> str:
+        """One line for the run's log; ``at_s``: when it was applied (default: when planned)."""
         what = {
             Action.KILL: f"SIGKILL, restart after {self.hold_s:.1f}s",
             Action.PAUSE: f"SIGSTOP for {self.hold_s:.1f}s",
-            Action.BROKER_RESTART: f"stop, start after {self.hold_s:.1f}s",
+            Action.BROKER_RESTART: f"{'SIGKILL' if self.hard else 'stop'}, start after {self.hold_s:.1f}s",
             Action.POISON: "an undecodable record",
         }[self.action]
-        return f"t+{self.at_s:6.1f}s {self.target:<11} {what}"
+        return f"t+{self.at_s if at_s is None else at_s:6.1f}s {self.target:<11} {what}"
 
 
 def plan(
@@ -94,7 +97,9 @@ def plan(
 
 def _fault(rng: random.Random, at: float, target: str, max_pause_s: float) -> Fault:
     if target == BROKER:
-        return Fault(at, Action.BROKER_RESTART, target, round(rng.uniform(0.5, 4.0), 2))
+        return Fault(
+            at, Action.BROKER_RESTART, target, round(rng.uniform(0.5, 4.0), 2), hard=rng.random() < 0.5
+        )
     if target == POISON_TARGET:
         return Fault(at, Action.POISON, target, 0.0)
     if rng.random() < KILL_SHARE:

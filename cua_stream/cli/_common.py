@@ -35,13 +35,19 @@ def make_bus(bootstrap: str | None, prefix: str | None, config_file: Path | None
     return bus_config({"bootstrap_servers": bootstrap, "topic_prefix": prefix}, load_file(config_file))
 
 
+PER_CALL_LOGGERS = ("httpx", "LiteLLM")
+"""Libraries that log every request at INFO (a line per HTTP call, two per LLM call): shown at DEBUG only."""
+
+
 def set_log_level(level: str) -> None:
     """Set the root logger's level (``main`` has configured logging already, so ``basicConfig`` would
-    be a no-op); a bad name is a ConfigError naming it."""
+    be a no-op); a bad name is a ConfigError naming it. Per-call library chatter stays off above DEBUG."""
     value = logging.getLevelName(level.upper())
     if not isinstance(value, int):
         raise ConfigError(f"--log-level: unknown level {level!r} (debug, info, warning, error)")
     logging.getLogger().setLevel(value)
+    for name in PER_CALL_LOGGERS:
+        logging.getLogger(name).setLevel(value if value <= logging.DEBUG else max(value, logging.WARNING))
 
 
 def friendly_errors[**P, R](fn: Callable[P, R]) -> Callable[P, R]:

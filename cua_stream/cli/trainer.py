@@ -92,5 +92,9 @@ def trainer(
         if not console.is_terminal:
             print(f"step {record.step}: {describe_step(record)}", file=sys.stderr, flush=True)
 
+    if not console.is_terminal:  # in a log file, each checkpoint's save would draw a progress bar
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     with progress:
         anyio.run(functools.partial(serve, cfg, on_ready=ready, on_step=step))

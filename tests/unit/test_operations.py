@@ -32,15 +32,25 @@ def test_a_misspelled_config_section_is_refused_with_a_suggestion(tmp_path: Path
 
 
 def test_log_level_is_applied_and_a_bad_one_is_named() -> None:
-    root = logging.getLogger()
-    before = root.level
+    root, httpx_log, litellm_log = (
+        logging.getLogger(),
+        logging.getLogger("httpx"),
+        logging.getLogger("LiteLLM"),
+    )
+    before = root.level, httpx_log.level, litellm_log.level
     try:
         set_log_level("debug")
-        assert root.level == logging.DEBUG
+        assert root.level == logging.DEBUG and httpx_log.level == logging.DEBUG
+        set_log_level("info")  # a line per HTTP or LLM call only at DEBUG
+        assert (
+            root.level == logging.INFO
+            and httpx_log.level == logging.getLogger("LiteLLM").level == logging.WARNING
+        )
         with pytest.raises(ConfigError, match="'loud'"):
             set_log_level("loud")
     finally:
-        root.setLevel(before)
+        for log, level in zip((root, httpx_log, litellm_log), before, strict=True):
+            log.setLevel(level)
 
 
 def test_cli_errors_are_one_line_even_inside_task_groups_and_keep_their_brackets(

@@ -54,6 +54,8 @@ class Episode:
     outcome: dict[str, Any] | None = None
     verdict: str = ""
     """``reward 1 (ok)`` or ``discard (sandbox_lost)``; empty until scored."""
+    reward: float | None = None
+    """The reward, once scored (None for a discard)."""
 
 
 @dataclass
@@ -120,7 +122,8 @@ class Board:
                     else f"reward {verdict.value:g} ({verdict.reason})"
                 )
                 self.verdicts[label] += 1
-                self._episode(event.episode_id, event.group_id).verdict = label
+                ep = self._episode(event.episode_id, event.group_id)
+                ep.verdict, ep.reward = label, None if isinstance(verdict, Discard) else verdict.value
             case TrainStep():
                 m = event.metrics
                 self.steps.append(
@@ -163,6 +166,10 @@ class Board:
 
     # -- what the page reads ----------------------------------------------------------------------------
 
+    def by_task(self) -> dict[str, dict[str, float]]:
+        """Per task, over the recent episodes: how many were scored, their mean reward, the discards."""
+        return _by_task(list(self.episodes.values()))
+
     def summary(self) -> dict[str, Any]:
         engine = sorted(e for e, _ in self.latency)
         gateway = sorted(g for _, g in self.latency)
@@ -181,11 +188,25 @@ class Board:
                 "gateway_p50": _pct(gateway, 0.5), "gateway_p95": _pct(gateway, 0.95),
                 "calls": len(engine),
             },
+            "tasks": self.by_task(),
             "episodes": [
                 {"episode_id": e.episode_id, "task": e.task, "calls": len(e.calls), "verdict": e.verdict}
                 for e in reversed(self.episodes.values())
             ][:50],
         }  # fmt: skip
+
+
+def _by_task(episodes: list[Episode]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for task in sorted({e.task for e in episodes if e.verdict}):
+        scored = [e for e in episodes if e.task == task and e.verdict]
+        rewards = [e.reward for e in scored if e.reward is not None]
+        out[task or "?"] = {
+            "scored": len(scored),
+            "mean_reward": round(sum(rewards) / len(rewards), 3) if rewards else 0.0,
+            "discarded": len(scored) - len(rewards),
+        }
+    return out
 
 
 def _pct(values: list[float], q: float) -> float:

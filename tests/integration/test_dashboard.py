@@ -136,6 +136,7 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
             assert seen["drops"] == {"discarded": 1} and seen["dead_letters"] == {"undecodable": 1}
             assert seen["staleness"] == {"0": 1, "1": 1} and seen["latest_version"] == 2
             assert seen["latency_ms"]["engine_p50"] == 120.0 and seen["latency_ms"]["calls"] == 2
+            assert seen["tasks"] == {"click-button": {"scored": 2, "mean_reward": 1.0, "discarded": 1}}
             detail = (await http.get(f"{url}/api/episodes/{GROUP}-e0")).json()
             assert [c["action"] for c in detail["calls"]] == ACTIONS  # decoded with the real tokenizer
             sha = detail["calls"][0]["images"][0]
@@ -150,6 +151,7 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
             assert "<td>2</td><td>v2</td><td>2</td><td>1.000</td>" in dom  # the steps table, newest first
             assert "discard (sandbox_lost)" in dom and "reward 1 (ok)" in dom and "discarded" in dom
             assert f'src="/blobs/{sha}"' in dom and "<polyline" in dom  # a screenshot; the reward chart
+            assert "<td>click-button</td><td>2</td><td>1.000</td><td>1</td>" in dom  # reward by task
             await publish(bus_config, step(3, 0.75))
             dom = await page.until(lambda h: "policy v3" in h)
             assert "<td>3</td><td>v3</td><td>2</td><td>0.750</td>" in dom

@@ -75,6 +75,10 @@ def test_verdicts_drops_latency_throughput_and_an_episodes_calls_in_order() -> N
     ep = b.episodes["g0-e0"]
     assert [c.seq for c in ep.calls] == [0, 1] and ep.verdict == "reward 1 (ok)" and ep.task == "t"
     assert ep.outcome is not None and ep.outcome["seconds"] == 65.0
+    assert s["tasks"] == {
+        "t": {"scored": 1, "mean_reward": 1.0, "discarded": 0},
+        "?": {"scored": 1, "mean_reward": 0.0, "discarded": 1},
+    }
 
 
 def test_the_board_keeps_a_bounded_window_of_episodes(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,6 +36,23 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 PUSH_EVERY_S = 1.0
 
 
+async def check_source(config: DashboardConfig) -> int:
+    """Before the page is served: the broker answers and the topics exist (else one clear error); the
+    number of partitions to read."""
+    names = config.bus.topics()
+    consumer = make_kafka_consumer(config.bus, group_id=None)
+    try:
+        await start_consumer(consumer, config.bus)
+        parts = [p for spec in ALL for p in await partitions_of(consumer, names.name_of(spec))]
+    finally:
+        await stop_consumer(consumer)
+    if not parts:
+        raise LookupError(
+            f"no topics under '{config.bus.topic_prefix}.': run `cua-stream topics create` first"
+        )
+    return len(parts)
+
+
 async def read_into(board: Board, config: DashboardConfig, done: anyio.Event) -> None:
     """Fold every topic's records from ``config.start`` into ``board``; at ``config.end`` (if set) stop
     and set ``done``, else follow live."""

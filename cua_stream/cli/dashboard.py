@@ -31,10 +31,11 @@ def dashboard(
     """Serve a web page fed live from the topics (server-sent events): reward per step, verdicts and
     drops by reason, staleness, throughput, call latency, logprob gap and grad norm, and each recent
     episode's calls in order with their screenshots, actions and verdict. --from/--to replay a range."""
+    import anyio
     import uvicorn
 
     from consumers.dashboard.config import dashboard_config
-    from consumers.dashboard.server import build_app
+    from consumers.dashboard.server import build_app, check_source
 
     cfg = dashboard_config(
         load_file(config),
@@ -42,5 +43,7 @@ def dashboard(
                    "model_path": model_path},
         bus_overrides={"bootstrap_servers": bootstrap, "topic_prefix": prefix},
     )  # fmt: skip
-    print(f"dashboard on http://{cfg.host}:{cfg.port}/ (topics {cfg.bus.topic_prefix}.*)", file=sys.stderr)
+    partitions = anyio.run(check_source, cfg)  # an unreachable broker or missing topics: one line, exit 2
+    print(f"dashboard on http://{cfg.host}:{cfg.port}/ ({partitions} partitions of {cfg.bus.topic_prefix}.*)",
+          file=sys.stderr)  # fmt: skip
     uvicorn.run(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning")

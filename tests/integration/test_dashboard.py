@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -187,3 +189,23 @@ async def _next_data(lines: object) -> str:
             if line.startswith("data: "):
                 return line
     raise AssertionError("the stream ended")
+
+
+def test_a_dashboard_with_nothing_to_show_says_why_in_one_line(kafka_bootstrap: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [
+            sys.executable,
+            "-m",
+            "cua_stream",
+            "dashboard",
+            "-b",
+            kafka_bootstrap,
+            "--port",
+            str(free_port()),
+        ]
+        return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=120)
+
+    missing = run("--prefix", "no-such-run")
+    assert missing.returncode == 2 and "no topics under 'no-such-run.'" in missing.stderr
+    bad = run("--from", "yesterday")
+    assert bad.returncode == 2 and "dashboard.start" in bad.stderr and "Traceback" not in bad.stderr

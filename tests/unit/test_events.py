@@ -160,3 +160,9 @@ def test_keys_come_from_the_topic_spec_and_co_partition_a_group() -> None:
     assert set(expected) == set(BY_NAME)
     for topic, key in expected.items():
         assert key_of(BY_NAME[topic], SAMPLES[sample_of[topic]]) == key, topic
+
+
+def test_golden_bytes_from_v2_decode_with_their_new_fields() -> None:
+    """v2 added ``TrainStep.attempts`` (the attempt each trained episode's calls came from)."""
+    step = decode((GOLDEN / "v2" / "train_step.msgpack").read_bytes())
+    assert step == msgspec.structs.replace(SAMPLES["train_step"], attempts={"ep-1": 1764547200123, "ep-2": 0})

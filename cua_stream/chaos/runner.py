@@ -131,6 +131,7 @@ class Chaos:
         model = await anyio.to_thread.run_sync(tiny_model_dir)
         config_file = self.home / "chaos.yaml"
         settings = loop.settings(self.cfg, self.run_id, self.home, model, self.bus, self.keys)
+        config_file.touch(mode=0o600)  # it holds the run's keys: readable by this user only
         config_file.write_text(yaml.safe_dump(settings))
         self.daemons = loop.daemons(self.cfg, self.home, model, config_file)
         for d in self.daemons.values():

@@ -19,6 +19,8 @@ from cua_stream.events import GroupDropped, TrainStep
 from cua_stream.topics import DLQ, OUTCOMES, POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
 
 READ = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, TRAIN_STEPS, POLICY, DLQ)
+KEPT = frozenset({WORK, OUTCOMES, SCORES, TRAIN_STEPS, POLICY, DLQ})
+"""The records the invariants read; the calls (turns, summaries) are only scanned (keys, decoding)."""
 
 
 async def read_run(
@@ -47,7 +49,7 @@ async def read_run(
             except RecordError:
                 undecodable.append((name, msg.partition, msg.offset))
                 continue
-            if getattr(event, "run_id", run_id) == run_id or spec is DLQ:
+            if spec in KEPT and (getattr(event, "run_id", run_id) == run_id or spec is DLQ):
                 by_spec[spec].append(event)
     for path in files:
         scanned += 1

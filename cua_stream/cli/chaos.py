@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
@@ -50,6 +51,7 @@ def chaos(
     import anyio
 
     from cua_stream.chaos.config import ChaosConfig
+    from cua_stream.chaos.invariants import totals
     from cua_stream.chaos.runner import Chaos
     from cua_stream.chaos.schedule import kind
     from cua_stream.config import build
@@ -98,10 +100,10 @@ def chaos(
     out.print(faults_table)
     checks = Table("invariant", "checked", "lost", "duplicated", "result", title=f"run {report.run_id}")
     for c in report.checks:
-        result = "[green]ok[/green]" if c.ok else "[red]" + "; ".join(c.problems[:3]) + "[/red]"
+        result = "[green]ok[/green]" if c.ok else "[red]" + escape("; ".join(c.problems[:3])) + "[/red]"
         checks.add_row(c.name, str(c.checked), str(c.lost), str(c.duplicated), result)
     out.print(checks)
-    lost, duplicated = sum(c.lost for c in report.checks), sum(c.duplicated for c in report.checks)
+    lost, duplicated = totals(report.checks)
     crashed = {n: codes for n, codes in report.crashes.items() if codes}
     out.print(
         f"{len(report.applied)} faults applied ({len(report.skipped)} not applied: the trainer had finished), "

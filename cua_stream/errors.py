@@ -119,6 +119,11 @@ class NamespaceError(CuaError):
     """An episode's desktop namespace could not be set up (not root, ``unshare`` missing, setup failed)."""
 
 
+class DaemonDidNotStart(CuaError):
+    """A daemon a chaos run started exited or never answered its health check; its log
+    says why."""
+
+
 class TaskStartFailed(CuaError):
     """A task's ``environment/start.sh`` failed: the episode's environment never came up (Harbor records
     it as the trial's environment-phase exception; the scorer discards the episode)."""
@@ -204,6 +209,7 @@ POLICY: dict[type[CuaError], Action] = {
     TopicMissing: Action.CRASH,
     NamespaceError: Action.CRASH,
     TaskStartFailed: Action.CRASH,
+    DaemonDidNotStart: Action.CRASH,
     UnknownTopicError: Action.CRASH,
     ConfigError: Action.CRASH,
     PromptTemplateChanged: Action.CRASH,

@@ -37,6 +37,7 @@ from cua_stream.chaos.report import Applied, ChaosReport
 from cua_stream.chaos.sampling import Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
 from cua_stream.config import BusConfig, ConfigError
+from cua_stream.errors import DaemonDidNotStart
 from cua_stream.events import Discard
 from cua_stream.topics import OUTCOMES, SCORES, WORK
 
@@ -138,7 +139,7 @@ class Chaos:
             d.start()
         for d in self.daemons.values():
             if not await d.ready():
-                raise RuntimeError(f"{d.name} did not start: see {d.log}")
+                raise DaemonDidNotStart(f"{d.name} did not start: see {d.log}")
 
     async def _faults_until_trained(self) -> None:
         """Apply the schedule until the trainer has taken its steps; heal; wait for every answer."""

@@ -12,7 +12,6 @@ from importlib import resources
 from typing import Any
 
 import anyio
-from aiokafka import TopicPartition
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 
@@ -26,7 +25,7 @@ from cua_stream.bus.consumer import (
     start_consumer,
     stop_consumer,
 )
-from cua_stream.bus.reader import Bound, resolve
+from cua_stream.bus.reader import Bound, read_topics
 from cua_stream.errors import BlobCorrupted, BlobNotFound, RecordError
 from cua_stream.topics import ALL
 
@@ -56,37 +55,15 @@ async def check_source(config: DashboardConfig) -> int:
 async def read_into(board: Board, config: DashboardConfig, done: anyio.Event) -> None:
     """Fold every topic's records from ``config.start`` into ``board``; at ``config.end`` (if set) stop
     and set ``done``, else follow live."""
-    bus = config.bus
-    names = bus.topics()
-    by_name = {names.name_of(s): s for s in ALL}
-    consumer = make_kafka_consumer(bus, group_id=None)
-    try:
-        await start_consumer(consumer, bus)
-        tps = [TopicPartition(n, p) for n in by_name for p in await partitions_of(consumer, n)]
-        if not tps:
-            raise LookupError(f"no topics under '{bus.topic_prefix}.': run `cua-stream topics create` first")
-        consumer.assign(tps)
-        for tp, offset in (
-            await resolve(consumer, tps, Bound.parse(config.start, default="beginning"))
-        ).items():
-            consumer.seek(tp, offset)
-        stop = await resolve(consumer, tps, Bound.parse(config.end, default="end")) if config.end else None
-        pending = {tp for tp in tps if stop is None or await consumer.position(tp) < stop[tp]}
-        while pending:
-            polled = await consumer.getmany(*pending, timeout_ms=500)
-            for tp, msgs in polled.items():
-                for msg in msgs:
-                    if stop is not None and msg.offset >= stop[tp]:
-                        continue
-                    try:
-                        board.add(decode_message(by_name, msg).event)
-                    except RecordError:
-                        board.dead_letters["undecodable (seen by the dashboard)"] += 1
-            if stop is not None:
-                pending = {tp for tp in pending if await consumer.position(tp) < stop[tp]}
-        done.set()  # a replayed range is on the board whole
-    finally:
-        await stop_consumer(consumer)
+    by_name = {config.bus.topics().name_of(s): s for s in ALL}
+    start = Bound.parse(config.start, default="beginning")
+    end = Bound.parse(config.end, default="end") if config.end else None
+    async for msg in read_topics(config.bus, list(by_name), start=start, end=end):
+        try:
+            board.add(decode_message(by_name, msg).event)
+        except RecordError:
+            board.dead_letters["undecodable (seen by the dashboard)"] += 1
+    done.set()  # a replayed range is on the board whole
 
 
 def build_app(config: DashboardConfig, board: Board | None = None) -> FastAPI:

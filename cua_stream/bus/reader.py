@@ -8,7 +8,7 @@ begins, so a range read terminates even while producers keep writing.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,7 +60,7 @@ class Bound:
         return cls("time", int(dt.timestamp() * 1000))
 
 
-async def resolve(
+async def _resolve(
     consumer: AIOKafkaConsumer, tps: list[TopicPartition], bound: Bound
 ) -> dict[TopicPartition, int]:
     first = await consumer.beginning_offsets(tps)
@@ -85,26 +85,45 @@ async def read_raw(
     read_committed: bool = True,
 ) -> AsyncIterator[ConsumerRecord]:
     """Raw records of ``topic`` in ``[start, end)`` per partition, partition by partition order of arrival."""
+    async for msg in read_topics(
+        config, [topic], start=start, end=end, partitions=partitions, read_committed=read_committed
+    ):
+        yield msg
+
+
+async def read_topics(
+    config: BusConfig,
+    topics: Sequence[str],
+    *,
+    start: Bound = Bound("beginning"),
+    end: Bound | None = Bound("end"),
+    partitions: Iterable[int] | None = None,
+    read_committed: bool = True,
+) -> AsyncIterator[ConsumerRecord]:
+    """Raw records of ``topics`` in ``[start, end)`` per partition, in order of arrival (each partition in
+    order); ``end=None`` follows them live, without end (a dashboard)."""
     consumer = make_kafka_consumer(config, group_id=None, read_committed=read_committed)
     await start_consumer(consumer, config)
     try:
-        parts = sorted(partitions) if partitions is not None else await partitions_of(consumer, topic)
-        if not parts:
-            raise LookupError(f"topic {topic!r} does not exist (or has no partitions)")
-        tps = [TopicPartition(topic, p) for p in parts]
+        tps: list[TopicPartition] = []
+        for topic in topics:
+            parts = sorted(partitions) if partitions is not None else await partitions_of(consumer, topic)
+            if not parts:
+                raise LookupError(f"topic {topic!r} does not exist (or has no partitions)")
+            tps += [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
-        begin = await resolve(consumer, tps, start)
-        stop = await resolve(consumer, tps, end)
-        pending = {tp for tp in tps if begin[tp] < stop[tp]}
+        begin = await _resolve(consumer, tps, start)
+        stop = await _resolve(consumer, tps, end) if end is not None else None
+        pending = {tp for tp in tps if stop is None or begin[tp] < stop[tp]}
         for tp in tps:
             consumer.seek(tp, begin[tp])
         while pending:
             polled = await consumer.getmany(*pending, timeout_ms=1000)
             for tp, msgs in polled.items():
                 for msg in msgs:
-                    if msg.offset < stop[tp]:
+                    if stop is None or msg.offset < stop[tp]:
                         yield msg
-            for tp in list(pending):
+            for tp in list(pending) if stop is not None else ():
                 # Under read_committed the position skips transaction markers and aborted records.
                 if await consumer.position(tp) >= stop[tp]:
                     pending.discard(tp)

@@ -71,7 +71,7 @@ class Chaos:
         self.skipped: list[Fault] = []
         self.trainer_done = anyio.Event()
         self.stop_faults = anyio.Event()
-        self.stopping = False
+        """Set when the run is ending: faults not yet applied are skipped; those in hand heal."""
         self.daemons: dict[str, Daemon] = {}
         self.pages: dict[str, bytes] = {}
         self.sampler: Sampler | None = None
@@ -157,7 +157,6 @@ class Chaos:
             async with anyio.create_task_group() as faulting:
                 faulting.start_soon(self._inject, faults, faulting)
                 await self.trainer_done.wait()
-                self.stopping = True  # faults not yet applied are skipped; those in hand heal
                 self.stop_faults.set()
                 self.emit(f"t+{self.now():.0f}s the trainer stopped; healing")
             for d in self.daemons.values():
@@ -172,7 +171,6 @@ class Chaos:
         """A soak's end: no more faults; the trainer stops after the step in hand (and exits 0)."""
         await anyio.sleep(duration_s)
         self.emit(f"t+{self.now():.0f}s {duration_s:.0f}s are up: stopping the trainer")
-        self.stopping = True
         self.stop_faults.set()
         trainer = self.daemons["trainer"]
         async with trainer.lock:
@@ -227,7 +225,7 @@ class Chaos:
         for fault in faults:
             with anyio.move_on_after(max(0.0, fault.at_s - self.now())):
                 await self.stop_faults.wait()
-            if self.stopping:
+            if self.stop_faults.is_set():
                 self.skipped.extend(f for f in faults if f.at_s >= fault.at_s)
                 return
             tg.start_soon(self._apply, fault)
@@ -271,7 +269,7 @@ class Chaos:
                 applied.recovered_s = self.now() - started
 
     def _record(self, fault: Fault) -> Applied | None:
-        if self.stopping:
+        if self.stop_faults.is_set():
             self.skipped.append(fault)
             return None
         applied = Applied(fault, self.now())

@@ -83,6 +83,8 @@ class Sampler:
                         self.points.append(Point(t, f"loop:{name}", lag))
 
     async def _group_lag(self, t: float) -> None:
+        # Fresh clients per sample (two short connections every few seconds): the broker restarts under
+        # chaos, and a sample that times out while it is down must leave nothing half-started behind.
         names = self.bus.topics()
         consumer = make_kafka_consumer(self.bus, group_id=None)
         try:

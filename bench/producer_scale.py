@@ -41,6 +41,7 @@ from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
 from cua_stream.events import CallKind, Logprobs, OutcomeEvent, TokenIds, TurnEvent
+from cua_stream.metrics import quantile
 from cua_stream.topics import TURNS, WORK
 from producers.config import ProducerConfig
 from producers.daemon import Producer
@@ -148,8 +149,7 @@ class FakeEnvironment:
 
 
 def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+    return quantile(sorted(values), q)
 
 
 async def one_size(

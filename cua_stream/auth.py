@@ -13,7 +13,8 @@ SESSION_KEY_PREFIX = "cuask_"
 """Every per-episode session key starts with this (then 32 URL-safe characters): like the prefixes of
 GitHub or Slack tokens, it lets a secret scanner find a leaked key in logs, topics and files without
 knowing the key (the chaos run's security check scans for it)."""
-SESSION_KEY_PATTERN = re.compile(rb"cuask_[A-Za-z0-9_-]{32}")
+SESSION_KEY_PATTERN = re.compile(re.escape(SESSION_KEY_PREFIX).encode() + rb"[A-Za-z0-9_-]{32}")
+"""The prefix, then ``token_urlsafe(24)``: 24 random bytes in 32 URL-safe base64 characters."""
 
 
 def new_session_key() -> str:

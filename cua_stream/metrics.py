@@ -4,7 +4,7 @@ and an optional ``/metrics`` endpoint. Enough for a daemon to be scraped; no cli
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import anyio
@@ -88,6 +88,11 @@ class Registry:
 
     def render(self) -> str:
         return "".join(line + "\n" for m in self._metrics.values() for line in m.render())
+
+
+def quantile(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile of ``ordered`` (sorted ascending) by nearest rank; 0 for none."""
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 class LoopLag:

@@ -25,6 +25,7 @@ from cua_stream.events import (
     TrainStep,
     WorkRequest,
 )
+from cua_stream.metrics import quantile
 
 EPISODES_KEPT = 300
 CALLS_KEPT = 2000
@@ -184,8 +185,8 @@ class Board:
             "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
             "throughput": [{"minute": m, "episodes": n} for m, n in minutes],
             "latency_ms": {
-                "engine_p50": _pct(engine, 0.5), "engine_p95": _pct(engine, 0.95),
-                "gateway_p50": _pct(gateway, 0.5), "gateway_p95": _pct(gateway, 0.95),
+                "engine_p50": round(quantile(engine, 0.5), 1), "engine_p95": round(quantile(engine, 0.95), 1),
+                "gateway_p50": round(quantile(gateway, 0.5), 1), "gateway_p95": round(quantile(gateway, 0.95), 1),
                 "calls": len(engine),
             },
             "tasks": self.by_task(),
@@ -207,8 +208,3 @@ def _by_task(episodes: list[Episode]) -> dict[str, dict[str, float]]:
             "discarded": len(scored) - len(rewards),
         }
     return out
-
-
-def _pct(values: list[float], q: float) -> float:
-    """The q-quantile of sorted ``values`` (nearest rank), 0 for none."""
-    return round(values[min(len(values) - 1, int(q * len(values)))], 1) if values else 0.0

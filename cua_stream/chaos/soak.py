@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cua_stream.chaos.sampling import Point
+from cua_stream.metrics import quantile
 
 GROWTH_ABS_MB = 48.0
 GROWTH_REL = 0.05
@@ -65,12 +66,5 @@ def spreads(points: list[Point], kind: str) -> list[Spread]:
     out = []
     for name, ps in sorted(_series(points, kind).items()):
         values = sorted(p.value for p in ps)
-        out.append(
-            Spread(
-                name,
-                values[len(values) // 2],
-                values[min(len(values) - 1, int(0.99 * len(values)))],
-                values[-1],
-            )
-        )
+        out.append(Spread(name, quantile(values, 0.5), quantile(values, 0.99), values[-1]))
     return out

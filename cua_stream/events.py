@@ -214,6 +214,9 @@ class WorkRequest(EpisodeEvent, frozen=True, kw_only=True, tag="work_request"):
     seed: int | None = None
     """Seeds the task's layout (one per group, so a group's episodes see the same task instance); None:
     derived from ``group_id`` (``layout_seed``)."""
+    teacher: str | None = None
+    """Record a demonstration: the episode's replies are forced completions from this scripted policy
+    (e.g. ``oracle``, served under the gateway's ``teacher_url`` per task and seed), not samples."""
 
 
 def layout_seed(work: WorkRequest) -> int:

@@ -11,7 +11,7 @@ import httpx
 
 from cua_stream.bus.connect import backoff_s
 from cua_stream.config import Secret
-from cua_stream.events import WorkRequest
+from cua_stream.events import WorkRequest, layout_seed
 from producers.http_pool import ClientPool
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,8 @@ class GatewaySessions:
             "attempt": attempt,
             "sampling": sampling,
         }
+        if work.teacher:  # a demonstration: the teacher's policy for this task instance
+            body["teacher"] = f"{work.teacher}/{work.task.name}/{layout_seed(work)}"
         for n in range(1, OPEN_RETRIES + 1):
             try:
                 http = self.http.client(work.episode_id)

@@ -115,6 +115,7 @@ class Trainer:
         self.topics = config.bus.topics()
         self.dir = config.checkpoints
         self.metrics = TrainerMetrics()
+        self._timings: dict[str, float] = {}
         self.state = TrainerState()
         self.metrics_port: int | None = None
 
@@ -363,7 +364,9 @@ class Trainer:
                     items.append(TrainItem(sample, advantage, episode))
                     self.metrics.staleness.inc(lag=str(st.version - sample.oldest_version))
                 episode += 1
+        started = time.perf_counter()
         stats = await anyio.to_thread.run_sync(self.backend.step, items)
+        self._timings["train_s"] = time.perf_counter() - started
         for queued in batch:
             join.close(queued.group.group_id)
         st.version += 1
@@ -384,7 +387,9 @@ class Trainer:
         cfg, st = self.config, self.state
         if weights_changed:
             st.weights = f"weights-v{st.version}"
+            started = time.perf_counter()
             await anyio.to_thread.run_sync(self.backend.save, self.dir / st.weights)  # a.
+            self._timings["save_s"] = time.perf_counter() - started
         weights = st.weights
         outputs: list[Event] = []
         if stats is not None:
@@ -444,6 +449,7 @@ class Trainer:
                 "clip_fraction": stats.loss.clip_fraction,
                 "trained_tokens": float(stats.loss.tokens),
                 "mean_reward": _mean_reward(batch),
+                **self._timings,  # where the step's time went: train_s (forward/backward), save_s
             },
             finished_at=self.clock(),
             attempts={

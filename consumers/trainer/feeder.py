@@ -55,6 +55,36 @@ def work_for_group(
     ]
 
 
+def instance_work(
+    run_id: str,
+    tasks: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    sampling: dict[str, Any],
+    now: float,
+    teacher: str | None = None,
+) -> list[WorkRequest]:
+    """One episode per task instance (task and layout seed), a group of one (no group baseline: these are
+    demonstrations, with ``teacher`` forcing the replies, or evaluations), named ``<run>-<task>-s<seed>``."""
+    return [
+        WorkRequest(
+            run_id=run_id,
+            group_id=f"{run_id}-{task}-s{seed}",
+            episode_id=f"{run_id}-{task}-s{seed}-e0",
+            task=TaskRef(name=task),
+            sample_index=0,
+            group_size=1,
+            policy_version=0,
+            created_at=now,
+            sampling=sampling,
+            seed=seed,
+            teacher=teacher,
+        )
+        for seed in seeds
+        for task in tasks
+    ]
+
+
 def missing_work(issued: Iterable[WorkRequest], group_size: int) -> list[WorkRequest]:
     """The episodes a crash kept off the work topic: a trainer killed while it published a group's
     requests (one by one, each durable) leaves only the first few; each missing one is its siblings' copy

@@ -19,6 +19,7 @@ import torch
 from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats, policy_loss
 from consumers.trainer.samples import Sample
+from consumers.trainer.sft import sft_loss
 from cua_stream.blobs import BlobStore
 from cua_stream.engine.forward import prompt_position_ids, token_logprobs
 
@@ -109,10 +110,34 @@ class TorchBackend:
             episodes=len({item.episode for item in items}),
         )
 
-    def save(self, out_dir: str | Path) -> Path:
-        """The weights (and config) where the engine can load them."""
+    def sft_step(self, samples: Sequence[Sample]) -> tuple[float, int, float]:
+        """One optimizer step of cross-entropy on ``samples``' trained tokens: (loss, tokens, grad norm)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, n = sft_loss(
+            [self.token_logprobs(s) for s in samples],
+            [torch.frombuffer(bytearray(s.loss_mask), dtype=torch.uint8) for s in samples],
+        )
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        return float(loss.detach()), n, float(grad_norm)
+
+    def nll(self, samples: Sequence[Sample]) -> float:
+        """The mean negative logprob of ``samples``' trained tokens under the current weights."""
+        with torch.no_grad():
+            loss, _ = sft_loss(
+                [self.token_logprobs(s) for s in samples],
+                [torch.frombuffer(bytearray(s.loss_mask), dtype=torch.uint8) for s in samples],
+            )
+        return float(loss)
+
+    def save(self, out_dir: str | Path, *, processor: bool = False) -> Path:
+        """The weights (and config) where the engine can load them; with ``processor``, a whole model
+        directory (tokenizer, chat template, image processor too) an engine can start from."""
         out = Path(out_dir)
         self.model.save_pretrained(out)
+        if processor:
+            self.processor.save_pretrained(out)
         return out
 
     def optimizer_state(self) -> dict[str, Any]:

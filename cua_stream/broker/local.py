@@ -79,6 +79,15 @@ class BrokerStatus:
         return f"Kafka broker {state} at {self.bootstrap_servers}; home {self.home}; log {self.log}"
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (a UUID, URL-safe base64 without padding, as Kafka's own). Never one
+    starting with '-': Kafka avoids those too, since a tool would take one for an option (1 in 64)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 class LocalBroker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -176,10 +185,11 @@ class LocalBroker:
     def _format(self, libs: Path) -> None:
         id_file = self.home / "cluster-id"
         if not id_file.exists():
-            id_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+            id_file.write_text(new_cluster_id())
         cmd = self._java_cmd(
             libs, "kafka.tools.StorageTool", "format", "--standalone", "--ignore-formatted",
-            "-t", id_file.read_text().strip(), "-c", str(self.home / "server.properties"),
+            # one argument with '=': an id that starts with '-' is not read as an option
+            f"--cluster-id={id_file.read_text().strip()}", "-c", str(self.home / "server.properties"),
         )  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:

@@ -43,6 +43,10 @@ SUBCOMMANDS: dict[str, str] = {
     "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",
     "chaos": "cua_stream.cli.chaos:chaos",
     "dashboard": "cua_stream.cli.dashboard:dashboard",
+    "policies": "cua_stream.cli.policies:policies",
+    "record-oracle": "cua_stream.cli.record_oracle:record_oracle",
+    "sft": "cua_stream.cli.sft:sft",
+    "learn": "cua_stream.cli.learn:learn",
 }
 
 

@@ -15,10 +15,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cua_stream.broker import BrokerConfig, LocalBroker
-from cua_stream.bus.admin import TopicAdmin
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.config import BusConfig, build, state_dir
+from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway
+from cua_stream.config import BusConfig, state_dir
 from cua_stream.tap import follow
 from cua_stream.topics import ALL, SCORES
 
@@ -52,7 +51,6 @@ def demo(
     (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch,
     new weights loaded on the engine each step) and a live tap; every event prints as it lands."""
     from cua_stream.demo import DemoPlan, demo_settings, tiny_model_dir
-    from cua_stream.procs import child
     from producers.config import producer_config
 
     plan = DemoPlan(steps=steps, group_size=group_size, turns=turns, concurrency=concurrency)
@@ -69,62 +67,24 @@ def demo(
         from cua_stream.desktop.doctor import require_desktop
 
         require_desktop()
-    broker = LocalBroker(build(BrokerConfig, "broker", file_data=file_data))
-    step = _Steps(5)
-    step("starting the local Kafka broker (the first run downloads ~45 MB of jars)")
-    out.print("    " + broker.start().describe())
-    bus = build(
-        BusConfig,
-        "bus",
-        file_data=file_data,
-        overrides={"bootstrap_servers": broker.config.bootstrap_servers},
-    )
+    step = Steps(5)
+    broker, bus = broker_and_topics(file_data, step)
     producer = msgspec.structs.replace(producer, bus=bus)
     logs = state_dir() / "demo-logs"
-
-    async def topics() -> None:
-        async with TopicAdmin(bus) as admin:
-            created = await admin.create()
-        out.print(f"    topics under '{bus.topic_prefix}.': {len(created)} created, the rest existed")
-
-    step("creating the topics")
-    anyio.run(topics)
     step("building the tiny Qwen3-VL (once; cached)")
     model = tiny_model_dir()
     out.print(f"    {model}")
-    engine_url, gateway_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}"
     step(f"starting the reference engine and the session gateway (logs in {logs})")
-    engine_args = ["engine", str(model), "--port", str(engine_port)]
-    gateway_args = [
-        "gateway",
-        "--model-path",
-        str(model),
-        "--engine-url",
-        engine_url,
-        "--port",
-        str(gateway_port),
-    ]
-    gateway_args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix]
     try:
-        with (
-            child(engine_args, f"{engine_url}/health", logs / "engine.log"),
-            child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"),
-        ):
-            anyio.run(_run, producer, model, engine_url, plan, follow_after, step)
+        with engine_and_gateway(
+            model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs
+        ) as serving:
+            anyio.run(_run, producer, model, serving.engine_url, plan, follow_after, step)
     except KeyboardInterrupt:
         pass
     finally:
         if not keep_broker:
             broker.stop()
-
-
-class _Steps:
-    def __init__(self, total: int) -> None:
-        self.total, self.n = total, 0
-
-    def __call__(self, what: str) -> None:
-        self.n += 1
-        out.print(f"[bold]{self.n}/{self.total}[/bold] {what}")
 
 
 async def _run(
@@ -133,7 +93,7 @@ async def _run(
     engine_url: str,
     plan: DemoPlan,
     follow_after: float,
-    step: _Steps,
+    step: Steps,
 ) -> None:
     from transformers.utils import logging as transformers_logging
 

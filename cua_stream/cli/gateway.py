@@ -29,6 +29,9 @@ def gateway(
     session_idle_timeout: Annotated[
         float | None, typer.Option(help="Expire a session idle this many seconds (default 1800).")
     ] = None,
+    teacher_url: Annotated[
+        str | None, typer.Option(help="Base URL of teachers for forced-completion sessions (record-oracle).")
+    ] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     config: ConfigFile = None,
@@ -51,6 +54,7 @@ def gateway(
             "blob_dir": blob_dir,
             "max_new_tokens_cap": max_new_tokens_cap,
             "session_idle_timeout_s": session_idle_timeout,
+            "teacher_url": teacher_url,
         },
     )
     bus = make_bus(bootstrap, prefix, config)

@@ -51,7 +51,7 @@ class EngineService:
         parsed = self._parse(body)
         if isinstance(parsed, JSONResponse):
             return parsed
-        input_ids, image_data, params, return_logprob = parsed
+        input_ids, image_data, params, return_logprob, score_from = parsed
         runner = self.runner
         rid = str(body.get("rid") or uuid.uuid4().hex)
         try:
@@ -62,7 +62,7 @@ class EngineService:
         await self._admit.wait()
         started = time.perf_counter()
         try:
-            job = runner.new_job(rid, input_ids, pixels, params)
+            job = runner.new_job(rid, input_ids, pixels, params, score_from=score_from)
             future = self.scheduler.submit(job)
         except (EngineInputError, ValueError) as e:
             return _error(400, str(e))
@@ -86,6 +86,11 @@ class EngineService:
             meta["output_token_logprobs"] = [
                 [lp, tok, None] for lp, tok in zip(gen.logprobs, gen.output_ids, strict=True)
             ]
+        if score_from is not None:  # SGLang's shape: [logprob, id, text] per input token from the start
+            meta["input_token_logprobs"] = [
+                [lp, tok, None] for lp, tok in zip(gen.input_logprobs, input_ids[score_from:], strict=True)
+            ]
+            meta["weight_version"] = gen.version
         if self.config.debug_history:
             self.recent.append(
                 {
@@ -126,7 +131,7 @@ class EngineService:
 
     def _parse(
         self, body: dict[str, Any]
-    ) -> tuple[list[int], list[str], SamplingParams, bool] | JSONResponse:
+    ) -> tuple[list[int], list[str], SamplingParams, bool, int | None] | JSONResponse:
         if body.get("stream"):
             return _error(400, "stream: the reference engine answers non-streaming requests only")
         input_ids = body.get("input_ids")
@@ -144,16 +149,28 @@ class EngineService:
             image_data = [image_data]
         if not isinstance(image_data, list) or not all(isinstance(i, str) for i in image_data):
             return _error(400, "image_data: expected a string or a list of strings")
-        if body.get("logprob_start_len", -1) not in (-1, None) or body.get("top_logprobs_num", 0) not in (
-            0,
-            None,
-        ):
-            return _error(400, "logprob_start_len/top_logprobs_num: only output-token logprobs are supported")
+        if body.get("top_logprobs_num", 0) not in (0, None):
+            return _error(400, "top_logprobs_num: only the chosen tokens' logprobs are supported")
+        start = body.get("logprob_start_len", -1)
+        if start is None:
+            start = -1
         try:
             params = SamplingParams.from_request(body.get("sampling_params"))
         except SamplingError as e:
             return _error(400, str(e))
-        return input_ids, image_data, params, bool(body.get("return_logprob"))
+        return_logprob = bool(body.get("return_logprob"))
+        score_from = None
+        if start != -1:  # input logprobs: a forced completion scored, nothing generated
+            if not (isinstance(start, int) and return_logprob and params.max_new_tokens == 0):
+                return _error(
+                    400,
+                    "logprob_start_len: input logprobs are supported for scoring only "
+                    "(return_logprob and sampling_params.max_new_tokens=0)",
+                )
+            if not 0 < start < len(input_ids):
+                return _error(400, f"logprob_start_len: must lie in [1, {len(input_ids)})")
+            score_from = start
+        return input_ids, image_data, params, return_logprob, score_from
 
     async def update_weights_from_disk(self, body: dict[str, Any]) -> JSONResponse:
         path = body.get("model_path")

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from cua_stream.engine.forward import forward, prompt_position_ids, step_position_ids
+from cua_stream.engine.forward import forward, prompt_position_ids, step_position_ids, teacher_forced_logprobs
 from cua_stream.engine.params import SamplingParams
 from cua_stream.engine.sampling import draw
 from cua_stream.errors import EngineInputError, ImageDataError
@@ -50,6 +50,10 @@ class Generation:
     finish_reason: dict[str, Any]
     version_spans: list[dict[str, Any]] = field(default_factory=list)
     """[{version, start, end}] over output-token offsets, in order."""
+    input_logprobs: list[float] = field(default_factory=list)
+    """With ``score_from``: the logprob of each input token from that position on."""
+    version: str = ""
+    """The weight version that scored the input (a scoring request)."""
 
 
 class Gate:
@@ -151,6 +155,8 @@ class Job:
     """The weight version of the weights that scored ``logits``."""
     cancelled: str = ""
     """Why the request was cancelled (abort_request, client gone), or empty."""
+    score_from: int | None = None
+    """Score the input from this position (SGLang's ``logprob_start_len``; with ``max_new_tokens=0``)."""
 
 
 class ModelRunner:
@@ -216,11 +222,24 @@ class ModelRunner:
             return params.sampling_seed
         return hash((self.seed, self._requests)) & 0x7FFF_FFFF_FFFF_FFFF
 
-    def new_job(self, rid: str, input_ids: list[int], pixels: PixelInputs, params: SamplingParams) -> Job:
+    def new_job(
+        self,
+        rid: str,
+        input_ids: list[int],
+        pixels: PixelInputs,
+        params: SamplingParams,
+        *,
+        score_from: int | None = None,
+    ) -> Job:
         """A request ready for ``advance``. Its completion is capped by the context length: a prompt
-        that leaves no room is refused (EngineInputError), a longer ``max_new_tokens`` is shortened."""
+        that leaves no room is refused (EngineInputError), a longer ``max_new_tokens`` is shortened.
+        A scoring request (``score_from``, nothing generated) needs no room beyond its input."""
         room = self.context_length - len(input_ids)
-        if room < 1:
+        if score_from is not None and (params.max_new_tokens != 0 or not 0 < score_from < len(input_ids)):
+            raise EngineInputError(
+                "logprob_start_len: scoring the input needs max_new_tokens=0 and a start inside input_ids"
+            )
+        if room < (0 if score_from is not None else 1):
             raise EngineInputError(
                 f"input_ids: {len(input_ids)} tokens leave no room for a completion in the context "
                 f"length of {self.context_length}"
@@ -237,6 +256,7 @@ class ModelRunner:
             gen=Generation([], [], {"type": "length", "length": min(params.max_new_tokens, room)}),
             generator=torch.Generator().manual_seed(seed),
             stop_ids=frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids),
+            score_from=score_from,
         )
 
     def aborted(self, job: Job) -> bool:
@@ -254,6 +274,9 @@ class ModelRunner:
         """One scheduling step of ``job``: its prefill (the first time), one token drawn, and the forward
         pass that scores the next one. True when the job is finished."""
         gen, params = job.gen, job.params
+        if job.score_from is not None:
+            self._score(job)
+            return True
         if job.max_new_tokens == 0:
             return True
         if job.logits is None:
@@ -287,6 +310,22 @@ class ModelRunner:
             )
         job.position += 1
         return False
+
+    def _score(self, job: Job) -> None:
+        """The logprob of every input token from ``score_from`` on, in one forward pass: a forced
+        completion (a teacher's reply) scored by the policy, as the gateway records it."""
+        start = job.score_from
+        assert start is not None
+        with self._step_lock:
+            model, job.gen.version = self.model, self.weight_version
+            job.gen.input_logprobs = teacher_forced_logprobs(
+                model,
+                job.input_ids[:start],
+                job.input_ids[start:],
+                temperature=job.params.temperature,
+                pixel_values=job.pixels.pixel_values,
+                image_grid_thw=job.pixels.image_grid_thw,
+            )
 
     def generate(
         self, input_ids: list[int], pixels: PixelInputs, params: SamplingParams, *, rid: str = "direct"

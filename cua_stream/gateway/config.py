@@ -46,6 +46,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """When set, ``/admin/*`` (drain, resume) takes only this key; it also opens every other route."""
     engine_api_key: Secret | None = None
     """The engine's API key, sent on every call to it."""
+    teacher_url: str = ""
+    """Base URL of teachers for sessions that record forced completions (``record-oracle``: the bundled
+    tasks' oracle); empty: no teacher, and a session asking for one is refused."""
     log_level: str = "warning"
 
     def __post_init__(self) -> None:
@@ -54,6 +57,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         require_model_dir("gateway.model_path", self.model_path)
         if not self.engine_url.startswith(("http://", "https://")):
             raise ConfigError(f"gateway.engine_url: expected an http(s) URL, got {self.engine_url!r}")
+        if self.teacher_url and not self.teacher_url.startswith(("http://", "https://")):
+            raise ConfigError(f"gateway.teacher_url: expected an http(s) URL, got {self.teacher_url!r}")
         if not 0 < self.port < 65536:
             raise ConfigError(f"gateway.port: {self.port} is not a TCP port")
         if self.drain_hold_s < 0:

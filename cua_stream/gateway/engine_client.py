@@ -61,19 +61,7 @@ def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineRe
     output_ids = payload.get("output_ids")
     if not isinstance(output_ids, list) or not all(isinstance(t, int) for t in output_ids):
         raise EngineProtocolError("reply has no output_ids list")
-    pairs = meta.get("output_token_logprobs")
-    if not isinstance(pairs, list) or len(pairs) != len(output_ids):
-        raise EngineProtocolError(
-            f"output_token_logprobs has {len(pairs) if isinstance(pairs, list) else 'no'} entries "
-            f"for {len(output_ids)} output ids"
-        )
-    logprobs: list[float] = []
-    for i, (pair, tok) in enumerate(zip(pairs, output_ids, strict=True)):
-        if not isinstance(pair, (list, tuple)) or len(pair) < 2 or pair[1] != tok:
-            raise EngineProtocolError(f"output_token_logprobs[{i}] does not name output id {tok}")
-        if not isinstance(pair[0], (int, float)) or math.isnan(pair[0]):
-            raise EngineProtocolError(f"output_token_logprobs[{i}] has no logprob")
-        logprobs.append(float(pair[0]))
+    logprobs = _logprobs(meta, "output_token_logprobs", output_ids, "output")
     finish = meta.get("finish_reason")
     finish_type = finish.get("type") if isinstance(finish, dict) else finish
     if finish_type not in ("stop", "length", "abort"):
@@ -94,6 +82,50 @@ def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineRe
         engine_ms=engine_ms,
         meta_info=meta,
     )
+
+
+def parse_scored_response(
+    payload: Any, forced_ids: Sequence[int], text: str, *, engine_ms: float = 0.0
+) -> EngineReply:
+    """A scoring reply (``max_new_tokens=0``, input logprobs from the forced completion's start) as the
+    reply the policy would have given: ``forced_ids`` with the policy's logprob of each, ended by
+    ``stop``. Strict like ``parse_generate_response``: each entry must name its forced id."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("meta_info"), dict):
+        raise EngineProtocolError("reply has no meta_info object")
+    meta: dict[str, Any] = payload["meta_info"]
+    logprobs = _logprobs(meta, "input_token_logprobs", forced_ids, "forced")
+    n = len(forced_ids)
+    return EngineReply(
+        text=text,
+        output_ids=list(forced_ids),
+        logprobs=logprobs,
+        finish_reason="stop",
+        abort_status=None,
+        abort_message="",
+        weight_versions=(
+            VersionSpan(version=_version(meta.get("weight_version", "default")), start=0, end=n),
+        ),
+        prompt_tokens=int(meta.get("prompt_tokens") or 0) - n,
+        engine_ms=engine_ms,
+        meta_info=meta,
+    )
+
+
+def _logprobs(meta: dict[str, Any], key: str, ids: Sequence[int], what: str) -> list[float]:
+    """``meta[key]``'s logprobs: one ``[logprob, id, ...]`` entry per id, each naming its id."""
+    pairs = meta.get(key)
+    if not isinstance(pairs, list) or len(pairs) != len(ids):
+        raise EngineProtocolError(
+            f"{key} has {len(pairs) if isinstance(pairs, list) else 'no'} entries for {len(ids)} {what} ids"
+        )
+    logprobs: list[float] = []
+    for i, (pair, tok) in enumerate(zip(pairs, ids, strict=True)):
+        if not isinstance(pair, (list, tuple)) or len(pair) < 2 or pair[1] != tok:
+            raise EngineProtocolError(f"{key}[{i}] does not name {what} id {tok}")
+        if not isinstance(pair[0], (int, float)) or math.isnan(pair[0]):
+            raise EngineProtocolError(f"{key}[{i}] has no logprob")
+        logprobs.append(float(pair[0]))
+    return logprobs
 
 
 def _spans(meta: dict[str, Any], n: int) -> tuple[VersionSpan, ...]:
@@ -170,14 +202,16 @@ def generate_body(
     *,
     routing_key: str | None = None,
     rid: str | None = None,
+    score_from: int | None = None,
 ) -> bytes:
     """The JSON body of a native /generate request (output-token logprobs always on). Ids and images
-    given as JSON are spliced in verbatim: the bytes are the same as for the decoded values."""
+    given as JSON are spliced in verbatim: the bytes are the same as for the decoded values. With
+    ``score_from`` the input's logprobs from that position are asked for (a forced completion scored)."""
     body: dict[str, Any] = {
         "input_ids": [] if isinstance(input_ids, JsonIds) else input_ids,
         "sampling_params": sampling_params,
         "return_logprob": True,
-        "logprob_start_len": -1,
+        "logprob_start_len": -1 if score_from is None else score_from,
     }
     if routing_key:
         body["routing_key"] = routing_key  # sticky routing keeps an episode on one prefix cache
@@ -222,6 +256,18 @@ class Engine(Protocol):
         input_ids: list[int] | JsonIds,
         image_data: Sequence[str] | JsonStrings,
         sampling_params: dict[str, Any],
+        *,
+        routing_key: str | None = None,
+        rid: str | None = None,
+    ) -> EngineReply: ...
+
+    async def score(
+        self,
+        input_ids: JsonIds,
+        image_data: Sequence[str] | JsonStrings,
+        forced: Sequence[int],
+        text: str,
+        temperature: float,
         *,
         routing_key: str | None = None,
         rid: str | None = None,
@@ -304,11 +350,54 @@ class EngineClient:
         routing_key: str | None = None,
         rid: str | None = None,
     ) -> EngineReply:
+        payload, engine_ms = await self._post_generate(
+            input_ids, image_data, sampling_params, routing_key=routing_key, rid=rid
+        )
+        return parse_generate_response(payload, engine_ms=engine_ms)
+
+    async def score(
+        self,
+        input_ids: JsonIds,
+        image_data: Sequence[str] | JsonStrings,
+        forced: Sequence[int],
+        text: str,
+        temperature: float,
+        *,
+        routing_key: str | None = None,
+        rid: str | None = None,
+    ) -> EngineReply:
+        """A forced completion (``forced`` after the prompt ``input_ids``) scored by the policy, as
+        the reply it would be: SGLang's ``max_new_tokens=0`` with input logprobs from its start."""
+        payload, engine_ms = await self._post_generate(
+            JsonIds.of(forced, input_ids),
+            image_data,
+            {"temperature": temperature, "max_new_tokens": 0},
+            routing_key=routing_key,
+            rid=rid,
+            score_from=len(input_ids),
+        )
+        return parse_scored_response(payload, forced, text, engine_ms=engine_ms)
+
+    async def _post_generate(
+        self,
+        input_ids: list[int] | JsonIds,
+        image_data: Sequence[str] | JsonStrings,
+        sampling_params: dict[str, Any],
+        *,
+        routing_key: str | None,
+        rid: str | None,
+        score_from: int | None = None,
+    ) -> tuple[Any, float]:
         rids = [rid or uuid.uuid4().hex]
 
         async def post() -> httpx.Response:
             content = generate_body(
-                input_ids, image_data, sampling_params, routing_key=routing_key, rid=rids[-1]
+                input_ids,
+                image_data,
+                sampling_params,
+                routing_key=routing_key,
+                rid=rids[-1],
+                score_from=score_from,
             )
             return await self._http.post(
                 "/generate", content=content, headers={"content-type": "application/json"}
@@ -343,7 +432,6 @@ class EngineClient:
                 response.headers.get("content-type", "application/json"),
             )
         try:
-            payload = msgspec.json.decode(response.content)
+            return msgspec.json.decode(response.content), engine_ms
         except (msgspec.DecodeError, RecursionError):
             raise EngineProtocolError("engine reply is not JSON") from None
-        return parse_generate_response(payload, engine_ms=engine_ms)

@@ -19,6 +19,7 @@ from cua_stream.gateway.config import GatewayConfig
 from cua_stream.gateway.engine_client import EngineClient
 from cua_stream.gateway.rendering import Renderer
 from cua_stream.gateway.service import Gateway
+from cua_stream.gateway.teacher import HttpTeacher
 from cua_stream.metrics import LoopLag
 
 
@@ -42,6 +43,7 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
         engine = EngineClient(
             config.engine_url, timeout_s=config.engine_timeout_s, api_key=config.engine_api_key
         )
+        teacher = HttpTeacher(config.teacher_url) if config.teacher_url else None
         try:
             async with EventProducer(bus) as producer, anyio.create_task_group() as tg:
                 gateway = Gateway(
@@ -54,6 +56,7 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
                     context_length=context_length,
                     session_idle_timeout_s=config.session_idle_timeout_s,
                     max_sessions=config.max_sessions,
+                    teacher=teacher,
                 )
                 app.state.gateway = gateway
                 app.state.loop_lag = LoopLag()
@@ -63,6 +66,8 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
                 tg.cancel_scope.cancel()
         finally:
             await engine.aclose()
+            if teacher is not None:
+                await teacher.aclose()
 
     def reveal(key: Secret | None) -> str | None:
         return key.reveal() if key is not None else None

@@ -8,7 +8,8 @@ The chat path, in order:
    the messages it shares byte for byte with the session's previous request (request_prefix).
 2. Match the parent call (calltree); refuse to extend a reply cut by length (409).
 3. Render only the new part (rendering): the parent's exact ids + glue + appended messages.
-4. Call the engine's /generate (the history's ids and images go in as the parent's JSON). A non-2xx reply is passed through, an unreachable engine is 503, an
+4. Call the engine's /generate (the history's ids and images go in as the parent's JSON); a session
+   with a teacher has the teacher's reply scored instead (``teacher``: a forced completion). A non-2xx reply is passed through, an unreachable engine is 503, an
    invalid reply 502, an aborted generation 503: none of them is recorded.
 5. Store new images in the blob store (in a worker thread, during the engine call), then, under the
    session's lock, take the next ``seq``, publish the record and wait until it is durable, and only
@@ -49,6 +50,7 @@ from cua_stream.gateway.records import build_record, topic_for
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.rendering import PreparedImage, RenderedDelta, Renderer
 from cua_stream.gateway.session import Session, SessionSpec
+from cua_stream.gateway.teacher import Teacher
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,10 @@ class Gateway:
         session_idle_timeout_s: float = 1800.0,
         max_sessions: int = 1024,
         clock: Callable[[], float] = time.monotonic,
+        teacher: Teacher | None = None,
     ) -> None:
         self.renderer = renderer
+        self.teacher = teacher
         self.drain_hold_s = drain_hold_s
         self.engine = engine
         self.sink = sink
@@ -124,6 +128,10 @@ class Gateway:
                 400,
                 f"sampling.max_new_tokens={asked} is over the gateway's cap of {self.max_new_tokens_cap} "
                 "(gateway.max_new_tokens_cap)",
+            )
+        if spec.teacher is not None and self.teacher is None:
+            raise Refusal(
+                400, "this session asks for a teacher, but the gateway has none (gateway.teacher_url)"
             )
         session = Session.create(spec, time.time())
         session.last_active = self._clock()
@@ -267,7 +275,7 @@ class Gateway:
         session.in_flight += 1
         session.last_active = self._clock()
         try:
-            return await self._generate_and_record(session, call, started_at, t0)
+            return await self._generate_and_record(session, call, started_at, t0, body)
         except Refusal as r:
             return refusal_reply(r)
         except EngineHTTPError as e:
@@ -360,11 +368,12 @@ class Gateway:
         )
 
     async def _generate_and_record(
-        self, session: Session, call: ChatCall, started_at: float, t0: float
+        self, session: Session, call: ChatCall, started_at: float, t0: float, body: bytes | dict[str, Any]
     ) -> Reply:
         prepared = await self.prepare_async(session, call)
         prep_ms = (time.perf_counter() - t0) * 1e3
-        reply, images = await self._generate_storing_images(session, prepared)
+        forced = await self._teacher_reply(session, prepared, body) if session.teacher else None
+        reply, images = await self._generate_storing_images(session, prepared, forced)
         if reply.finish_reason == "abort":
             raise Refusal(reply.abort_status or 503, reply.abort_message, code="engine_abort")
         t1 = time.perf_counter()
@@ -384,8 +393,26 @@ class Gateway:
             return Reply(200, raw=stream_body(body), media_type="text/event-stream")
         return Reply(200, body)
 
+    async def _teacher_reply(
+        self, session: Session, prepared: Prepared, body: bytes | dict[str, Any]
+    ) -> tuple[str, list[int]]:
+        """The teacher's reply text and its ids as the policy's completion (the reply, then the
+        end-of-turn token the policy would stop on)."""
+        assert self.teacher is not None and session.teacher is not None
+        messages = (msgspec.json.decode(body) if isinstance(body, bytes) else body).get("messages")
+        text = await self.teacher.reply(session.teacher, messages)
+        ids = [*self.renderer.encode(text), self.renderer.im_end_id]
+        if len(ids) > prepared.call.sampling["max_new_tokens"]:
+            raise Refusal(
+                400,
+                f"the teacher's reply is {len(ids)} tokens, over this call's cap of "
+                f"{prepared.call.sampling['max_new_tokens']}",
+                code="teacher_reply_too_long",
+            )
+        return text, ids
+
     async def _generate_storing_images(
-        self, session: Session, prepared: Prepared
+        self, session: Session, prepared: Prepared, forced: tuple[str, list[int]] | None = None
     ) -> tuple[EngineReply, tuple[ImageRef, ...]]:
         """Step 4, with step 5's image work (full decode, hash, blob write) done in a worker thread while
         the engine generates: the images are durable before the record is published, and their cost
@@ -410,13 +437,24 @@ class Gateway:
             if images:
                 tg.start_soon(store)
             try:
-                reply = await self.engine.generate(
-                    prepared.prompt_json,
-                    prepared.image_data,
-                    prepared.call.sampling,
-                    routing_key=session.session_id,
-                    rid=prepared.call_id,
-                )
+                if forced is None:
+                    reply = await self.engine.generate(
+                        prepared.prompt_json,
+                        prepared.image_data,
+                        prepared.call.sampling,
+                        routing_key=session.session_id,
+                        rid=prepared.call_id,
+                    )
+                else:
+                    reply = await self.engine.score(
+                        prepared.prompt_json,
+                        prepared.image_data,
+                        forced[1],
+                        forced[0],
+                        session.temperature,
+                        routing_key=session.session_id,
+                        rid=prepared.call_id,
+                    )
             except (EngineHTTPError, EngineUnavailable, EngineProtocolError) as e:
                 engine_error = e
         if engine_error is not None:

@@ -23,6 +23,7 @@ from cua_stream.events import CallKind
 from cua_stream.gateway.calltree import CallNode, CallTree
 from cua_stream.gateway.refusal import bad_request
 from cua_stream.gateway.request_prefix import KnownRequest
+from cua_stream.gateway.teacher import TEACHER_NAME
 
 
 class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -38,6 +39,9 @@ class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """Optional client-chosen id (URL-safe); a random one otherwise."""
     attempt: int = 0
     """The episode's attempt (the producer's count of runs of its work request); stamped on every record."""
+    teacher: str | None = None
+    """Record forced completions from this teacher (a path under the gateway's ``teacher_url``, e.g.
+    ``oracle/click-button/7``) instead of sampling: demonstrations through the training path."""
 
     def __post_init__(self) -> None:
         # ValueError becomes msgspec.ValidationError, which the app answers with 400.
@@ -60,6 +64,8 @@ class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             raise ValueError("sampling.max_new_tokens: must be >= 1 (0 would record empty completions)")
         if self.attempt < 0:
             raise ValueError("attempt: must be >= 0")
+        if self.teacher is not None and not TEACHER_NAME.fullmatch(self.teacher):
+            raise ValueError("teacher: a path of up to 8 URL-safe segments (letters, digits, '-', '_', '.')")
         if self.session_id is not None and not _SESSION_ID.fullmatch(self.session_id):
             raise ValueError(
                 "session_id: 1-128 letters, digits, '-', '_' or '.', starting with a letter, digit, "
@@ -83,6 +89,7 @@ class Session:
     sampling: dict[str, Any]
     created_at: float
     attempt: int = 0
+    teacher: str | None = None
     tree: CallTree = field(default_factory=CallTree)
     next_seq: int = 0
     statuses: list[int] = field(default_factory=list)
@@ -110,6 +117,7 @@ class Session:
             sampling=dict(spec.sampling),
             created_at=now,
             attempt=spec.attempt,
+            teacher=spec.teacher,
         )
 
     @property
@@ -141,6 +149,7 @@ class Session:
             "group_id": self.group_id,
             "episode_id": self.episode_id,
             "attempt": self.attempt,
+            "teacher": self.teacher,
             "sampling": self.sampling,
             "n_calls": len(self.tree),
             "n_turns": sum(n for k, n in self.kinds.items() if k in _TURN_KINDS),

@@ -1,6 +1,8 @@
 """The scripted policies behind an OpenAI-compatible endpoint, so computer-1 runs them as it runs a model:
 ``POST /policies/{oracle|nothing|idle}/{task}/{seed}/v1/chat/completions`` (what LiteLLM sends to an
 ``api_base``). The task and seed in the path are the episode's: the oracle rebuilds the layout from them.
+
+``cua-stream policies`` serves it; ``record-oracle`` points the gateway's ``teacher_url`` at it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def latest_screenshot(messages: list[dict[str, Any]]) -> np.ndarray | None:
 
 def create_app() -> FastAPI:
     app = FastAPI(title="cua-stream scripted policies", docs_url=None, redoc_url=None)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse({"status": "ok", "policies": list(POLICIES), "tasks": list(TASKS)})
 
     @app.post("/policies/{policy}/{task}/{seed}/v1/chat/completions")
     async def complete(policy: str, task: str, seed: int, request: Request) -> JSONResponse:

@@ -142,3 +142,41 @@ async def test_a_sampling_seed_reproduces_a_generation(engine_url: str) -> None:
     assert first["output_ids"] == again["output_ids"]
     assert first["meta_info"]["output_token_logprobs"] == again["meta_info"]["output_token_logprobs"]
     assert other["output_ids"] != first["output_ids"]
+
+
+async def test_scoring_a_forced_completion_gives_the_logprobs_sampling_it_gave(engine_url: str) -> None:
+    """SGLang's scoring request (``max_new_tokens=0``, input logprobs from ``logprob_start_len``): the
+    logprobs of a completion fed back as input equal those the engine reported when it sampled it."""
+    async with httpx.AsyncClient(base_url=engine_url, timeout=120) as http:
+        sampled = await generate(http, max_new_tokens=6, ignore_eos=True, sampling_seed=11)
+        info = (await http.get("/get_model_info")).json()
+        prompt = await http.post("/generate", json={"text": PROMPT, "sampling_params": {"max_new_tokens": 0}})
+        assert prompt.status_code == 200, prompt.text
+        n_prompt = prompt.json()["meta_info"]["prompt_tokens"]
+        from transformers import AutoTokenizer
+
+        ids = AutoTokenizer.from_pretrained(info["model_path"]).encode(PROMPT, add_special_tokens=False)
+        assert len(ids) == n_prompt
+        body = {
+            "input_ids": ids + sampled["output_ids"],
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 0},
+            "return_logprob": True,
+            "logprob_start_len": n_prompt,
+        }
+        r = await http.post("/generate", json=body)
+        assert r.status_code == 200, r.text
+        scored = r.json()
+        assert scored["output_ids"] == []
+        forced = scored["meta_info"]["input_token_logprobs"]
+        assert [t for _, t, _ in forced] == sampled["output_ids"]
+        expected = [lp for lp, _, _ in sampled["meta_info"]["output_token_logprobs"]]
+        assert [lp for lp, _, _ in forced] == pytest.approx(expected, abs=1e-4)
+        assert scored["meta_info"]["weight_version"] == info["weight_version"]
+
+        for bad, needle in (
+            ({**body, "sampling_params": {"max_new_tokens": 2}}, "max_new_tokens=0"),
+            ({**body, "logprob_start_len": len(body["input_ids"])}, "must lie in"),
+            ({**body, "return_logprob": False}, "return_logprob"),
+        ):
+            r = await http.post("/generate", json=bad)
+            assert r.status_code == 400 and needle in r.text, r.text

@@ -166,3 +166,10 @@ def test_golden_bytes_from_v2_decode_with_their_new_fields() -> None:
     """v2 added ``TrainStep.attempts`` (the attempt each trained episode's calls came from)."""
     step = decode((GOLDEN / "v2" / "train_step.msgpack").read_bytes())
     assert step == msgspec.structs.replace(SAMPLES["train_step"], attempts={"ep-1": 1764547200123, "ep-2": 0})
+
+
+def test_golden_bytes_from_v3_decode_with_their_new_fields() -> None:
+    """v3 added ``WorkRequest.teacher`` (a demonstration episode: the teacher's forced completions)."""
+    work = decode((GOLDEN / "v3" / "work_request.msgpack").read_bytes())
+    assert work == msgspec.structs.replace(SAMPLES["work_request"], teacher="oracle", seed=7)
+    assert decode((GOLDEN / "v1" / "work_request.msgpack").read_bytes()).teacher is None

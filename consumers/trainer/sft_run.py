@@ -1,0 +1,86 @@
+"""Running SFT: read the demonstrations from the topics, train, save a model an engine starts from."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from consumers.trainer.sft import Demonstrations, SftConfig, batches, demonstrations
+from cua_stream.blobs import open_blob_store
+from cua_stream.bus.reader import scan
+from cua_stream.events import CallRecord, ScoreEvent
+from cua_stream.topics import SCORES, SUMMARIES, TURNS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    epoch: int
+    loss: float
+    """Mean of the epoch's step losses (mean negative logprob of a demonstration token)."""
+    tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SftResult:
+    out: Path
+    samples: int
+    episodes: int
+    nll_before: float
+    nll_after: float
+    epochs: list[EpochStats]
+
+
+async def read_demonstrations(config: SftConfig) -> Demonstrations:
+    """The runs' rewarded episodes from the score, turn and summary topics (everything up to now)."""
+    runs = set(config.run_ids)
+    scores = [d.event async for d in scan(config.bus, SCORES) if d.event.run_id in runs]
+    calls: list[CallRecord] = []
+    for spec in (TURNS, SUMMARIES):
+        calls += [d.event async for d in scan(config.bus, spec) if d.event.run_id in runs]
+    return demonstrations(
+        [s for s in scores if isinstance(s, ScoreEvent)],
+        calls,
+        min_reward=config.min_reward,
+        max_seq_len=config.max_seq_len,
+    )
+
+
+def train(
+    config: SftConfig, demos: Demonstrations, on_epoch: Callable[[EpochStats], None] = lambda _: None
+) -> SftResult:
+    """``config.epochs`` passes over the demonstrations; the model (with its processor) saved to
+    ``config.out``."""
+    import torch
+
+    from consumers.trainer.torch_backend import TorchBackend
+
+    torch.manual_seed(config.seed)
+    backend = TorchBackend(
+        config.model_path,
+        open_blob_store(config.blobs),
+        temperature=config.temperature,
+        lr=config.lr,
+        max_grad_norm=config.max_grad_norm,
+    )
+    samples = demos.samples
+    before = backend.nll(samples)
+    epochs: list[EpochStats] = []
+    for epoch in range(1, config.epochs + 1):
+        started = time.perf_counter()
+        losses, tokens = [], 0
+        for batch in batches(len(samples), config.batch_size, epoch, config.seed):
+            loss, n, _ = backend.sft_step([samples[i] for i in batch])
+            losses.append(loss)
+            tokens += n
+        stats = EpochStats(epoch, sum(losses) / len(losses), tokens, time.perf_counter() - started)
+        epochs.append(stats)
+        on_epoch(stats)
+    after = backend.nll(samples)
+    out = backend.save(config.out, processor=True)
+    return SftResult(out, len(samples), demos.episodes, before, after, epochs)

@@ -1,0 +1,253 @@
+"""`cua-stream learn`: a learning curve on one machine — evaluate the base policy, record oracle
+demonstrations, SFT warm start, then GRPO through the whole streaming loop; the reward per step and
+task plotted to a PNG (and on the dashboard: it reads the same topics)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import anyio
+import msgspec
+import typer
+from rich.table import Table
+
+from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway, out
+from cua_stream.cli.record_oracle import demonstration_work, parse_tasks, run_episodes, teacher_stack
+from cua_stream.config import BusConfig, state_dir
+
+if TYPE_CHECKING:
+    from cua_stream.events import TrainStep
+    from cua_stream.learn import Curve, LearnPlan
+    from producers.config import ProducerConfig
+
+
+@friendly_errors
+def learn(
+    seed: Annotated[int, typer.Option(help="Seeds the base model, the layouts of SFT and evaluation.")] = 0,
+    tasks: Annotated[str, typer.Option(help="Comma-separated bundled tasks, or 'all'.")] = "click-button",
+    demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
+    eval_episodes: Annotated[int, typer.Option(help="Episodes per task measuring the base policy.")] = 4,
+    sft_epochs: Annotated[int, typer.Option(help="SFT passes over the demonstrations.")] = 6,
+    steps: Annotated[int, typer.Option(help="GRPO steps.")] = 20,
+    group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
+    groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
+    lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 2e-4,
+    budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
+    concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
+    engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
+    gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
+    policies_port: Annotated[int, typer.Option(help="Scripted-policy server port (the teacher).")] = 8090,
+    config: ConfigFile = None,
+) -> None:
+    """Base evaluation, oracle demonstrations, SFT, then GRPO steps through the producer, gateway, engine,
+    scorer and trainer; prints the curve and per-task success, writes <home>/learn/<run>/curve.png."""
+    from transformers.utils import logging as transformers_logging
+
+    from cua_stream.desktop.doctor import require_desktop
+    from cua_stream.learn import LearnPlan
+    from producers.config import producer_config
+
+    started = time.monotonic()
+    plan = LearnPlan(
+        seed=seed, tasks=tuple(parse_tasks(tasks)), demo_seeds=demos, eval_episodes=eval_episodes,
+        sft_epochs=sft_epochs, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
+        concurrency=concurrency,
+    )  # fmt: skip
+    file_data = load_file(config)
+    run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+    home = state_dir() / "learn" / run
+    producer = producer_config(
+        file_data,
+        {
+            **plan.producer_settings(),
+            "gateway_url": f"http://127.0.0.1:{gateway_port}",
+            "trials_dir": str(home / "trials"),
+        },
+    )
+    require_desktop()
+    transformers_logging.disable_progress_bar()
+    step = Steps(7)
+    _, bus = broker_and_topics(file_data, step)
+    producer = msgspec.structs.replace(producer, bus=bus)
+    timings: dict[str, float] = {}
+
+    step(f"building the base policy (tiny Qwen3-VL, seed {seed})")
+    from cua_stream.models.tiny import make_tiny_model
+
+    base = make_tiny_model(home / "base", seed=seed)
+    logs = home / "logs"
+    step(
+        f"evaluating the base policy ({plan.eval_episodes} per task) and recording {plan.demo_seeds} oracle "
+        f"demonstrations per task through the gateway (logs in {logs})"
+    )
+    t0 = time.monotonic()
+    from consumers.trainer.feeder import instance_work
+
+    evaluation = instance_work(
+        f"{run}-base", list(plan.tasks), plan.eval_layouts(),
+        sampling={"temperature": 1.0, "max_new_tokens": plan.max_new_tokens}, now=time.time(),
+    )  # fmt: skip
+    demonstrations = demonstration_work(f"{run}-oracle", list(plan.tasks), plan.demo_layouts())
+    with teacher_stack(
+        base, bus, engine_port=engine_port, gateway_port=gateway_port, policies_port=policies_port, logs=logs
+    ):
+        scores = anyio.run(run_episodes, producer, evaluation + demonstrations)
+    timings["evaluation and demonstrations"] = time.monotonic() - t0
+    from cua_stream.learn import success_by_task
+
+    before = success_by_task(evaluation, scores)
+    recorded = success_by_task(demonstrations, scores)
+    out.print(f"    base policy success: {_pct(before)}; oracle demonstrations rewarded: {_pct(recorded)}")
+
+    step(f"SFT: {plan.sft_epochs} epochs on the rewarded demonstrations")
+    t0 = time.monotonic()
+    sft_model = _sft(plan, bus, base, home, f"{run}-oracle")
+    timings["SFT"] = time.monotonic() - t0
+
+    deadline = started + budget_minutes * 60
+    step(
+        f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
+        f"episodes on new layouts, stopping at {budget_minutes:g} min from the start"
+    )
+    t0 = time.monotonic()
+    with engine_and_gateway(
+        sft_model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs
+    ) as s:
+        trained = anyio.run(_grpo, plan, producer, sft_model, s.engine_url, f"{run}-grpo", home, deadline)
+    timings["GRPO"] = time.monotonic() - t0
+
+    step("the curve")
+    curve = anyio.run(_curve, bus, f"{run}-grpo")
+    _report(plan, curve, before, trained, timings, home, run, time.monotonic() - started)
+
+
+def _pct(values: dict[str, float]) -> str:
+    return ", ".join(f"{t} {v:.0%}" for t, v in values.items()) or "none"
+
+
+def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str) -> Path:
+    from consumers.trainer.sft import SftConfig
+    from consumers.trainer.sft_run import read_demonstrations, train
+
+    config = SftConfig(
+        run_ids=[demo_run], model_path=str(base), out_dir=str(home / "sft"), epochs=plan.sft_epochs,
+        lr=plan.sft_lr, seed=plan.seed, bus=bus,
+    )  # fmt: skip
+    demos = anyio.run(read_demonstrations, config)
+    if not demos.samples:
+        out.print("[red]no rewarded demonstration to train on[/red]")
+        raise typer.Exit(1)
+    result = train(
+        config,
+        demos,
+        on_epoch=lambda e: out.print(f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"),
+    )
+    out.print(f"    demonstration token NLL {result.nll_before:.2f} -> {result.nll_after:.2f}")
+    return result.out
+
+
+async def _grpo(
+    plan: LearnPlan, producer: ProducerConfig, model: Path, engine_url: str, run_id: str, home: Path,
+    deadline: float,
+) -> list[TrainStep]:  # fmt: skip
+    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from consumers.trainer.config import TrainerConfig
+    from consumers.trainer.daemon import Trainer, describe_step
+    from producers.daemon import Producer
+
+    config = TrainerConfig(
+        run_id=run_id, model_path=str(model), engine_url=engine_url, gateway_url=producer.gateway_url,
+        bus=producer.bus, checkpoint_dir=str(home / "trainer"), **plan.trainer_settings(),
+    )  # fmt: skip
+    steps: list[TrainStep] = []
+
+    def on_step(event: TrainStep) -> None:
+        steps.append(event)
+        out.print(f"    step {event.step}: {describe_step(event)}")
+
+    stop_trainer, stop_producer = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(Scorer(ScorerConfig(bus=producer.bus)).run)
+        await tg.start(
+            lambda task_status: Producer(producer).run(stop=stop_producer, task_status=task_status)
+        )
+
+        async def budget() -> None:
+            await anyio.sleep(max(0.0, deadline - time.monotonic()))
+            out.print("    the time budget is spent: stopping after the step in progress")
+            stop_trainer.set()
+
+        tg.start_soon(budget)
+        await Trainer(config, on_step=on_step).run(stop=stop_trainer)
+        stop_producer.set()
+        tg.cancel_scope.cancel()
+    return steps
+
+
+async def _curve(bus: BusConfig, run_id: str) -> Curve:
+    from cua_stream.bus.reader import scan
+    from cua_stream.learn import reward_curve
+    from cua_stream.topics import SCORES, TRAIN_STEPS, WORK
+
+    steps = [d.event async for d in scan(bus, TRAIN_STEPS) if d.event.run_id == run_id]
+    work = [d.event async for d in scan(bus, WORK) if d.event.run_id == run_id]
+    scores = [d.event async for d in scan(bus, SCORES) if d.event.run_id == run_id]
+    return reward_curve(steps, work, scores)  # type: ignore[arg-type]
+
+
+def _report(
+    plan: LearnPlan, curve: Curve, before: dict[str, float], trained: list[TrainStep],
+    timings: dict[str, float], home: Path, run: str, total_s: float,
+) -> None:  # fmt: skip
+    from cua_stream.learn import window_success
+
+    first, last = curve.ends(plan.window)
+    after_sft = window_success(curve, plan.window, last=False)
+    after_grpo = window_success(curve, plan.window, last=True)
+    table = Table("task", "base policy", f"after SFT (first {plan.window} steps)",
+                  f"after GRPO (last {plan.window} steps)", title=f"run {run}")  # fmt: skip
+    for task in plan.tasks:
+        cells = [before.get(task), after_sft.get(task), after_grpo.get(task)]
+        table.add_row(task, *("-" if v is None else f"{v:.2f}" for v in cells))
+    out.print(table)
+    out.print(
+        f"mean reward, first {plan.window} GRPO steps -> last {plan.window}: {first:.3f} -> {last:.3f} "
+        f"({last - first:+.3f}) over {len(curve.steps)} steps"
+    )
+    train_s = sum(s.metrics.get("train_s", 0.0) for s in trained)
+    save_s = sum(s.metrics.get("save_s", 0.0) for s in trained)
+    parts = {**timings, "  of which GRPO forward/backward": train_s, "  of which weight saves": save_s}
+    out.print("where the time went: " + "; ".join(f"{k.strip()} {v / 60:.1f} min" for k, v in parts.items())
+              + f"; total {total_s / 60:.1f} min")  # fmt: skip
+    png = home / "curve.png"
+    _plot(curve, png, f"{run}: reward per GRPO step (after SFT)")
+    (home / "curve.json").write_text(
+        json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task, "base": before,
+                    "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
+    )  # fmt: skip
+    out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "
+              f"[bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
+
+
+def _plot(curve: Curve, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.plot(curve.steps, curve.overall, "k-o", label="all tasks", linewidth=2)
+    for task, values in curve.by_task.items():
+        points = [(s, v) for s, v in zip(curve.steps, values, strict=True) if v is not None]
+        if points and len(curve.by_task) > 1:
+            ax.plot(*zip(*points, strict=True), "--.", label=task, alpha=0.7)
+    ax.set(xlabel="GRPO step", ylabel="mean reward", ylim=(-0.05, 1.05), title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,195 @@
+"""`cua-stream record-oracle`: demonstrations recorded through the path GRPO trains on.
+
+The bundled tasks' oracle plays real computer-1 trials (the local desktop, or the scripted environment),
+but its replies do not go straight to the agent: the gateway asks the oracle (its ``teacher_url``: the
+scripted-policy server) and has the engine score the reply as the policy's completion, so every turn
+lands on the turn topic with the chat template, token layout and images a sampled turn has, plus the
+policy's logprob of it. The scorer's real verifiers judge each episode; ``cua-stream sft`` then trains
+on the rewarded ones only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import anyio
+import msgspec
+import typer
+from rich.table import Table
+
+from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._stack import Serving, Steps, broker_and_topics, engine_and_gateway, out
+from cua_stream.config import BusConfig, state_dir
+
+if TYPE_CHECKING:
+    from cua_stream.events import ScoreEvent, WorkRequest
+    from producers.config import ProducerConfig
+
+TEACHER = "oracle"
+MAX_NEW_TOKENS = 256
+"""The oracle's replies are ~40-70 tokens of computer-1 JSON."""
+WAIT_S = 1800.0
+
+
+def parse_tasks(tasks: str) -> list[str]:
+    """``--tasks``: comma-separated bundled task names, or ``all``."""
+    from cua_stream.tasks import TASKS
+
+    chosen = list(TASKS) if tasks == "all" else [t.strip() for t in tasks.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in TASKS]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown tasks {unknown}; known: {', '.join(TASKS)}", param_hint="--tasks")
+    return chosen
+
+
+@contextmanager
+def teacher_stack(
+    model: Path, bus: BusConfig, *, engine_port: int, gateway_port: int, policies_port: int, logs: Path
+) -> Iterator[Serving]:
+    """The scripted-policy server (the teacher), the engine and a gateway whose sessions may use it."""
+    from cua_stream.procs import child
+
+    teacher_url = f"http://127.0.0.1:{policies_port}/policies"
+    with (
+        child(["policies", "--port", str(policies_port)], f"http://127.0.0.1:{policies_port}/health",
+              logs / "policies.log"),
+        engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs,
+                           gateway_extra=("--teacher-url", teacher_url)) as serving,
+    ):  # fmt: skip
+        yield serving
+
+
+@friendly_errors
+def record_oracle(
+    seeds: Annotated[int, typer.Option(help="Layout seeds per task (one episode each).")] = 2,
+    first_seed: Annotated[int, typer.Option(help="The first layout seed (seeds are consecutive).")] = 1,
+    tasks: Annotated[str, typer.Option(help="Comma-separated bundled tasks, or 'all'.")] = "all",
+    turns: Annotated[int, typer.Option(help="computer-1's turn limit per episode.")] = 10,
+    concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
+    environment: Annotated[
+        str, typer.Option(help="local-desktop (Harbor trials on this host; root) or scripted (no desktop).")
+    ] = "local-desktop",
+    model_path: Annotated[
+        Path | None, typer.Option(help="The policy (saved Qwen3-VL); default: the demo's tiny model.")
+    ] = None,
+    run_id: Annotated[str, typer.Option(help="The demonstrations' run id (default: oracle-<time>).")] = "",
+    engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
+    gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
+    policies_port: Annotated[int, typer.Option(help="Scripted-policy server port (the teacher).")] = 8090,
+    config: ConfigFile = None,
+) -> None:
+    """Record oracle demonstrations of the bundled tasks as forced completions through the gateway and
+    engine; score them with the real verifiers; print what was recorded and the `sft` command."""
+    from cua_stream.demo import tiny_model_dir
+    from producers.config import producer_config
+
+    chosen = parse_tasks(tasks)
+    if seeds < 1:
+        raise typer.BadParameter("at least 1", param_hint="--seeds")
+    file_data = load_file(config)
+    producer = producer_config(
+        file_data,
+        {
+            "concurrency": concurrency,
+            "max_turns": turns,
+            "environment": environment,
+            "gateway_url": f"http://127.0.0.1:{gateway_port}",
+            "trials_dir": str(state_dir() / "oracle-trials"),
+        },
+    )
+    if producer.environment == "local-desktop":
+        from cua_stream.desktop.doctor import require_desktop
+
+        require_desktop()
+    run = run_id or f"oracle-{time.strftime('%Y%m%d-%H%M%S')}"
+    step = Steps(5)
+    _, bus = broker_and_topics(file_data, step)
+    producer = msgspec.structs.replace(producer, bus=bus)
+    step("the policy")
+    model = model_path or tiny_model_dir()
+    out.print(f"    {model}")
+    logs = state_dir() / "oracle-logs"
+    step(f"starting the oracle (the teacher), the engine and the gateway (logs in {logs})")
+    with teacher_stack(model, bus, engine_port=engine_port, gateway_port=gateway_port,
+                       policies_port=policies_port, logs=logs):  # fmt: skip
+        step(
+            f"recording {len(chosen) * seeds} demonstration(s): {', '.join(chosen)} x seeds "
+            f"{first_seed}..{first_seed + seeds - 1}, {concurrency} at once, up to {turns} turns"
+        )
+        work = demonstration_work(run, chosen, list(range(first_seed, first_seed + seeds)))
+        scores = anyio.run(run_episodes, producer, work)
+    _summary(run, work, scores, model)
+
+
+async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
+    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from cua_stream.bus.producer import EventProducer
+    from cua_stream.topics import WORK
+    from producers.daemon import Producer
+
+    bus = producer.bus
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(Scorer(ScorerConfig(bus=bus)).run)
+        await tg.start(lambda task_status: Producer(producer).run(stop=stop, task_status=task_status))
+        async with EventProducer(bus) as publisher:
+            for request in work:
+                await publisher.publish(WORK, request)
+        scores = await _scores_of(bus, work)
+        stop.set()
+        tg.cancel_scope.cancel()
+    return scores
+
+
+def demonstration_work(run_id: str, tasks: list[str], seeds: list[int]) -> list[WorkRequest]:
+    from consumers.trainer.feeder import instance_work
+
+    sampling = {"temperature": 1.0, "max_new_tokens": MAX_NEW_TOKENS}
+    return instance_work(run_id, tasks, seeds, teacher=TEACHER, sampling=sampling, now=time.time())
+
+
+async def _scores_of(bus: object, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+    """Wait (bounded) until every episode of ``work`` is scored; the scores by episode."""
+    from cua_stream.bus.reader import scan
+    from cua_stream.topics import SCORES
+
+    wanted = {w.episode_id for w in work}
+    found: dict[str, ScoreEvent] = {}
+    with anyio.move_on_after(WAIT_S):
+        while len(found) < len(wanted):
+            async for d in scan(bus, SCORES):  # type: ignore[arg-type]
+                if d.event.episode_id in wanted:
+                    found[d.event.episode_id] = d.event
+            if len(found) < len(wanted):
+                await anyio.sleep(2.0)
+    return found
+
+
+def _summary(run_id: str, work: list[WorkRequest], scores: dict[str, ScoreEvent], model: Path) -> None:
+    """Per task: episodes, demonstrations (reward 1) and every other verdict by reason."""
+    from cua_stream.events import Reward
+
+    table = Table("task", "episodes", "demonstrations", "other verdicts", title=f"run {run_id}")
+    verdicts: dict[str, Counter[str]] = {}
+    for w in work:
+        score = scores.get(w.episode_id)
+        v = score.verdict if score else None
+        verdict = (
+            "not scored in time" if v is None
+            else "demonstration" if isinstance(v, Reward) and v.value >= 1.0
+            else f"reward {v.value:g} ({v.reason})" if isinstance(v, Reward)
+            else f"discard: {v.reason}"
+        )  # fmt: skip
+        verdicts.setdefault(w.task.name, Counter())[verdict] += 1
+    for task, counts in verdicts.items():
+        good = counts.pop("demonstration", 0)
+        other = ", ".join(f"{k} x{n}" for k, n in sorted(counts.items()))
+        table.add_row(task, str(good + sum(counts.values())), str(good), other)
+    out.print(table)
+    out.print(f"Train on them: [bold]cua-stream sft --run-id {run_id} --model-path {model}[/bold]")

@@ -1,0 +1,75 @@
+"""`cua-stream sft`: fine-tune the policy on recorded demonstrations (``record-oracle``'s runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+
+out = Console(highlight=False)
+
+
+@friendly_errors
+def sft(
+    run_id: Annotated[list[str], typer.Option(help="A demonstration run to train on (repeatable).")],
+    model_path: Annotated[Path, typer.Option(help="The starting weights and the processor.")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Where the fine-tuned model goes.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Passes over the demonstrations (default 8).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Samples per optimizer step (default 4).")] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate (default 1e-4).")] = None,
+    blob_dir: Annotated[str | None, typer.Option(help="The gateway's screenshot blob store.")] = None,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """Cross-entropy on the completion tokens of the runs' rewarded episodes (the loss masks and images
+    of GRPO's own sample assembly); saves a model directory the engine starts from or loads."""
+    import msgspec
+    from transformers.utils import logging as transformers_logging
+
+    from consumers.trainer.sft import SftConfig
+    from consumers.trainer.sft_run import read_demonstrations, train
+    from cua_stream.config import build
+
+    file_data = load_file(config)
+    cfg = build(
+        SftConfig,
+        "sft",
+        file_data=file_data,
+        overrides={
+            "run_ids": run_id,
+            "model_path": str(model_path),
+            "out_dir": str(out_dir) if out_dir else None,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "lr": lr,
+            "blob_dir": blob_dir,
+        },
+    )
+    cfg = msgspec.structs.replace(cfg, bus=make_bus(bootstrap, prefix, config))
+    transformers_logging.disable_progress_bar()  # the epochs' lines are the progress to watch
+    demos = anyio.run(read_demonstrations, cfg)
+    skipped = ", ".join(f"{why} x{n}" for why, n in sorted(demos.rejected.items())) or "none"
+    out.print(
+        f"demonstrations: {demos.episodes} episode(s), {len(demos.samples)} sample(s); left out: {skipped}"
+    )
+    if not demos.samples:
+        out.print(f"[red]no demonstration of runs {', '.join(cfg.run_ids)} to train on[/red]")
+        raise typer.Exit(2)
+    result = train(
+        cfg,
+        demos,
+        on_epoch=lambda e: out.print(
+            f"    epoch {e.epoch}/{cfg.epochs}: loss {e.loss:.3f} over {e.tokens} tokens ({e.seconds:.1f} s)"
+        ),
+    )
+    out.print(
+        f"mean NLL of a demonstration token: {result.nll_before:.3f} -> {result.nll_after:.3f}; "
+        f"model saved to {result.out}"
+    )
+    out.print(f"Serve it: [bold]cua-stream engine {result.out}[/bold]")

@@ -1,0 +1,134 @@
+"""``cua-stream learn``'s plan and its learning curve. Pure: the seeds each phase uses, the settings of
+its daemons, and the fold of the run's records into reward per step and task.
+
+The phases: evaluate the base policy (a few sampled episodes per task), record oracle demonstrations
+(forced completions through the gateway), SFT on the rewarded ones, then GRPO through the whole
+streaming loop from the SFT weights. Seeds are kept apart by construction: demonstrations and
+evaluations use layout seeds at or above ``2**32``, GRPO's groups draw theirs from a CRC-32 of the
+group id (below ``2**32``), so GRPO never sees a layout SFT was shown.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cua_stream.events import Reward, ScoreEvent, TrainStep, WorkRequest
+
+SEED_SPACE = 2**32
+"""Seeds at or above this are never a group's CRC-32 (``events.layout_seed``)."""
+EVAL_OFFSET = 1_000_000
+
+
+@dataclass(frozen=True)
+class LearnPlan:
+    seed: int = 0
+    """Seeds the base model, the demonstration and evaluation layouts, and the engine."""
+    tasks: tuple[str, ...] = ("click-button",)
+    demo_seeds: int = 24
+    """Oracle demonstrations per task (one layout each)."""
+    eval_episodes: int = 4
+    """Episodes per task that measure the base policy, before SFT."""
+    sft_epochs: int = 6
+    sft_lr: float = 1e-3
+    steps: int = 20
+    group_size: int = 4
+    groups_per_step: int = 2
+    lr: float = 2e-4
+    turns: int = 4
+    concurrency: int = 2
+    max_new_tokens: int = 96
+    """The oracle's replies are ~40-70 tokens."""
+    window: int = 3
+    """Steps averaged at each end of the curve (the goal compares the first and last ``window``)."""
+
+    def demo_layouts(self) -> list[int]:
+        base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET
+        return [base + i for i in range(self.demo_seeds)]
+
+    def eval_layouts(self) -> list[int]:
+        base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET + EVAL_OFFSET
+        return [base + i for i in range(self.eval_episodes)]
+
+    def trainer_settings(self) -> dict[str, Any]:
+        return {
+            "tasks": list(self.tasks),
+            "group_size": self.group_size,
+            "groups_per_step": self.groups_per_step,
+            "max_staleness": 1,
+            "max_steps": self.steps,
+            "temperature": 1.0,
+            "max_new_tokens": self.max_new_tokens,
+            "lr": self.lr,
+            "group_timeout_s": 900.0,
+        }
+
+    def producer_settings(self) -> dict[str, Any]:
+        return {"concurrency": self.concurrency, "max_turns": self.turns, "drain_timeout_s": 120.0}
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Mean reward per training step, overall and per task (discarded episodes count as no reward: they
+    are not the policy's doing, and the trainer dropped their groups)."""
+
+    steps: list[int] = field(default_factory=list)
+    overall: list[float] = field(default_factory=list)
+    by_task: dict[str, list[float | None]] = field(default_factory=dict)
+    """Per task, one value per step (None: no episode of the task in that step)."""
+
+    def ends(self, window: int) -> tuple[float, float]:
+        """Mean reward of the first and of the last ``window`` steps."""
+        if not self.overall:
+            return 0.0, 0.0
+        return statistics.fmean(self.overall[:window]), statistics.fmean(self.overall[-window:])
+
+
+def reward_curve(
+    steps: Iterable[TrainStep], work: Iterable[WorkRequest], scores: Iterable[ScoreEvent]
+) -> Curve:
+    """Reward per step from the steps' groups, their tasks (work topic) and their rewards (score topic)."""
+    task_of = {w.group_id: w.task.name for w in work}
+    rewards: dict[str, list[float]] = {}
+    for s in scores:
+        if isinstance(s.verdict, Reward):
+            rewards.setdefault(s.group_id, []).append(s.verdict.value)
+    ordered = sorted(steps, key=lambda s: s.step)
+    tasks = sorted({task_of[g] for s in ordered for g in s.group_ids if g in task_of})
+    curve = Curve(by_task={t: [] for t in tasks})
+    for step in ordered:
+        per_task: dict[str, list[float]] = {t: [] for t in tasks}
+        for group in step.group_ids:
+            if group in task_of:
+                per_task[task_of[group]] += rewards.get(group, [])
+        values = [v for vs in per_task.values() for v in vs]
+        if not values:
+            continue
+        curve.steps.append(step.step)
+        curve.overall.append(statistics.fmean(values))
+        for t in tasks:
+            curve.by_task[t].append(statistics.fmean(per_task[t]) if per_task[t] else None)
+    return curve
+
+
+def success_by_task(work: Sequence[WorkRequest], scores: Mapping[str, ScoreEvent]) -> dict[str, float]:
+    """The share of ``work``'s episodes per task that earned a reward of 1."""
+    out: dict[str, list[float]] = {}
+    for w in work:
+        s = scores.get(w.episode_id)
+        won = s is not None and isinstance(s.verdict, Reward) and s.verdict.value >= 1.0
+        out.setdefault(w.task.name, []).append(1.0 if won else 0.0)
+    return {t: statistics.fmean(v) for t, v in out.items()}
+
+
+def window_success(curve: Curve, window: int, *, last: bool) -> dict[str, float]:
+    """Per task, the mean reward over the first (or last) ``window`` steps that held the task."""
+    out = {}
+    for task, values in curve.by_task.items():
+        held = [v for v in values if v is not None]
+        picked = held[-window:] if last else held[:window]
+        if picked:
+            out[task] = statistics.fmean(picked)
+    return out

@@ -1,0 +1,130 @@
+"""Demonstrations: the work record-oracle issues, which episodes SFT trains on, its batches and loss,
+its config, and the forced-completion pieces of the gateway's engine protocol (pure)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import torch
+
+from consumers.trainer.feeder import instance_work
+from consumers.trainer.samples import assemble
+from consumers.trainer.sft import SftConfig, batches, demonstrations, sft_loss
+from cua_stream.config import ConfigError, convert
+from cua_stream.errors import EngineProtocolError
+from cua_stream.events import Discard, Reward, ScoreEvent, TurnEvent, layout_seed
+from cua_stream.gateway.engine_client import JsonIds, generate_body, parse_scored_response
+from cua_stream.gateway.session import SessionSpec
+from tests.unit.test_trainer_samples import call
+
+
+def score(episode: str, verdict: Reward | Discard, attempt: int = 0) -> ScoreEvent:
+    return ScoreEvent(
+        run_id="r", group_id="g", episode_id=episode, attempt=attempt, verdict=verdict, policy_version=0,
+        scored_at=0.0,
+    )  # fmt: skip
+
+
+def calls_of(episode: str, attempt: int = 0) -> list[TurnEvent]:
+    out = [call(0, None, [1, 2], [3, 4]), call(1, 0, [5], [6, 7])]
+    return [msgspec.structs.replace(c, episode_id=episode, attempt=attempt) for c in out]  # type: ignore[misc]
+
+
+def test_instance_work_is_one_teacher_episode_per_task_and_seed() -> None:
+    work = instance_work(
+        "demo",
+        ["click-button", "fill-form"],
+        [7, 8],
+        teacher="oracle",
+        sampling={"temperature": 1.0},
+        now=1.0,
+    )
+    assert [(w.task.name, layout_seed(w)) for w in work] == [
+        ("click-button", 7), ("fill-form", 7), ("click-button", 8), ("fill-form", 8),
+    ]  # fmt: skip
+    assert all(w.teacher == "oracle" and w.group_size == 1 for w in work)
+    assert len({w.episode_id for w in work}) == len({w.group_id for w in work}) == 4
+
+
+def test_only_rewarded_episodes_scored_attempts_are_demonstrations() -> None:
+    scores = [
+        score("good", Reward(value=1.0)),
+        score("half", Reward(value=0.5)),
+        score("lost", Discard(reason="sandbox_lost")),
+        score("moved", Reward(value=1.0), attempt=2),  # its calls are of attempt 1: cut by a crash
+        score("silent", Reward(value=1.0)),
+    ]
+    calls = calls_of("good") + calls_of("half") + calls_of("lost") + calls_of("moved", attempt=1)
+    demos = demonstrations(scores, calls)
+    assert demos.episodes == 1 and [s.episode_id for s in demos.samples] == ["good"]
+    assert demos.samples == assemble(calls_of("good")).samples  # GRPO's own assembly and masks
+    assert demos.rejected == {"reward 0.5": 1, "discard: sandbox_lost": 1, "no calls": 2}
+    assert demonstrations(scores, calls, min_reward=0.5).episodes == 2
+
+
+def test_batches_cover_every_sample_once_per_epoch_in_a_seeded_order() -> None:
+    one = batches(10, 4, epoch=1, seed=0)
+    assert [len(b) for b in one] == [4, 4, 2] and sorted(i for b in one for i in b) == list(range(10))
+    assert one == batches(10, 4, epoch=1, seed=0) != batches(10, 4, epoch=2, seed=0)
+
+
+def test_sft_loss_is_the_mean_negative_logprob_of_the_masked_tokens() -> None:
+    logp = [torch.tensor([0.0, -1.0, -2.0]), torch.tensor([0.0, -4.0])]
+    masks = [torch.tensor([0, 1, 1], dtype=torch.uint8), torch.tensor([0, 1], dtype=torch.uint8)]
+    loss, n = sft_loss(logp, masks)
+    assert n == 3 and float(loss) == pytest.approx(7 / 3)
+    shifted = [torch.tensor([1, 1, 0], dtype=torch.uint8), torch.tensor([1, 0], dtype=torch.uint8)]
+    assert float(sft_loss(logp, shifted)[0]) == pytest.approx(1 / 3)
+
+
+def test_sft_config_errors_name_the_field(tmp_path: object) -> None:
+    from cua_stream.demo import tiny_model_dir
+
+    model = str(tiny_model_dir())
+    with pytest.raises(ConfigError, match="sft.run_ids"):
+        convert(SftConfig, "sft", {"run_ids": [], "model_path": model})
+    with pytest.raises(ConfigError, match="sft.epochs"):
+        convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": model, "epochs": 0})
+    with pytest.raises(ConfigError, match="sft.model_path"):
+        convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": "/nowhere"})
+
+
+@pytest.mark.parametrize("teacher", ["../admin", "/oracle", "oracle//x", "oracle/../../x", "a b", ""])
+def test_a_session_teacher_is_a_path_under_the_teacher_url(teacher: str) -> None:
+    body = {"run_id": "r", "group_id": "g", "episode_id": "e", "sampling": {"temperature": 1.0}}
+    assert msgspec.convert({**body, "teacher": "oracle/click-button/7"}, SessionSpec).teacher
+    with pytest.raises(msgspec.ValidationError, match="teacher"):
+        msgspec.convert({**body, "teacher": teacher}, SessionSpec)
+
+
+def test_a_scoring_request_asks_for_the_forced_ids_logprobs() -> None:
+    prompt = JsonIds.of([1, 2, 3])
+    body = msgspec.json.decode(
+        generate_body(
+            JsonIds.of([9, 10], prompt), [], {"temperature": 1.0, "max_new_tokens": 0}, score_from=3
+        )
+    )
+    assert body["input_ids"] == [1, 2, 3, 9, 10] and body["logprob_start_len"] == 3
+    assert body["return_logprob"] is True and body["sampling_params"]["max_new_tokens"] == 0
+
+
+def test_a_scored_reply_becomes_the_forced_completion_or_a_protocol_error() -> None:
+    meta = {
+        "input_token_logprobs": [[-1.5, 9, None], [-0.5, 10, None]],
+        "weight_version": "4",
+        "prompt_tokens": 5,
+    }
+    reply = parse_scored_response({"meta_info": meta}, [9, 10], "hi")
+    assert (reply.text, reply.output_ids, reply.logprobs, reply.finish_reason) == (
+        "hi",
+        [9, 10],
+        [-1.5, -0.5],
+        "stop",
+    )
+    assert [(s.version, s.start, s.end) for s in reply.weight_versions] == [(4, 0, 2)]
+    with pytest.raises(EngineProtocolError, match="forced id 10"):
+        parse_scored_response(
+            {"meta_info": {**meta, "input_token_logprobs": [[-1.5, 9], [-0.5, 11]]}}, [9, 10], ""
+        )
+    with pytest.raises(EngineProtocolError, match="1 entries for 2 forced ids"):
+        parse_scored_response({"meta_info": {**meta, "input_token_logprobs": [[-1.5, 9]]}}, [9, 10], "")

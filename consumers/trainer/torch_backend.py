@@ -68,9 +68,13 @@ class TorchBackend:
         self.image_token_id = int(self.model.config.image_token_id)
 
     def token_logprobs(self, sample: Sample) -> torch.Tensor:
-        """The trainer's logprob of each of ``sample``'s tokens (with grad); 0 for the first token, which
-        nothing predicts (a prompt token, always masked)."""
+        """The trainer's logprob of each of ``sample``'s trained tokens (with grad), 0 elsewhere (the loss
+        masks those out). Only the trained positions are projected on the vocabulary: with Qwen's 151k
+        entries the full-sequence logits of a screenshot episode are hundreds of MB, and their softmax
+        was most of a step's time for the ~10 % of tokens that train."""
         ids = torch.tensor([list(sample.tokens)], dtype=torch.long)
+        trained = torch.frombuffer(bytearray(sample.loss_mask), dtype=torch.uint8).nonzero().squeeze(1)
+        trained = trained[trained > 0]  # the first token is predicted by nothing
         pixel_values, grid = pixel_inputs(sample.images, self.blobs, self.processor.image_processor)
         positions, _ = prompt_position_ids(self.model, ids, grid)
         extra: dict[str, Any] = {}
@@ -80,10 +84,14 @@ class TorchBackend:
                 "image_grid_thw": grid,
                 "mm_token_type_ids": (ids == self.image_token_id).int(),
             }
-        logits = self.model(input_ids=ids, position_ids=positions, use_cache=False, **extra).logits
-        logp = token_logprobs(logits[0, :-1], self.temperature)  # row i predicts token i + 1
-        picked = logp.gather(1, ids[0, 1:].unsqueeze(1)).squeeze(1)
-        return torch.cat([picked.new_zeros(1), picked])
+        rows = trained - 1  # row i predicts token i + 1
+        logits = self.model(
+            input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=rows, **extra
+        ).logits
+        picked = (
+            token_logprobs(logits[0], self.temperature).gather(1, ids[0, trained].unsqueeze(1)).squeeze(1)
+        )
+        return logits.new_zeros(ids.shape[1]).index_put((trained,), picked)
 
     def step(self, items: Sequence[TrainItem]) -> StepStats:
         """One optimizer step over ``items`` (every sample of the step's episodes)."""

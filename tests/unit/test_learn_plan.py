@@ -1,0 +1,69 @@
+"""`learn`'s plan and curve (pure): seeds kept apart, reward per step and task from the records."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+
+from consumers.trainer.feeder import group_id_of, work_for_group
+from cua_stream.events import Discard, Reward, ScoreEvent, TrainStep, layout_seed
+from cua_stream.learn import SEED_SPACE, LearnPlan, reward_curve, success_by_task, window_success
+
+
+def step(n: int, groups: list[str]) -> TrainStep:
+    return TrainStep(
+        run_id="r", step=n, policy_version=n, n_groups=len(groups), n_episodes=0, n_samples=0, loss=0.0,
+        group_ids=tuple(groups), finished_at=0.0,
+    )  # fmt: skip
+
+
+def score(group: str, i: int, verdict: Reward | Discard) -> ScoreEvent:
+    return ScoreEvent(
+        run_id="r",
+        group_id=group,
+        episode_id=f"{group}-e{i}",
+        verdict=verdict,
+        policy_version=0,
+        scored_at=0.0,
+    )
+
+
+def test_demonstration_and_evaluation_layouts_are_never_a_grpo_groups() -> None:
+    plans = [LearnPlan(seed=s, demo_seeds=50, eval_episodes=10) for s in range(3)]
+    used = [set(p.demo_layouts()) | set(p.eval_layouts()) for p in plans]
+    assert all(len(u) == 60 for u in used) and not (used[0] & used[1] or used[1] & used[2])
+    grpo = work_for_group(
+        "run", 7, tasks=["click-button"], group_size=2, policy_version=0, sampling={}, now=0
+    )
+    assert layout_seed(grpo[0]) == zlib.crc32(group_id_of("run", 7).encode()) < SEED_SPACE
+    assert min(min(u) for u in used) >= SEED_SPACE
+
+
+def test_the_curve_is_the_mean_reward_per_step_and_task() -> None:
+    tasks = ["click-button", "fill-form", "click-button", "fill-form"]
+    work = [w for i, t in enumerate(tasks) for w in work_for_group(
+        "r", i, tasks=[t], group_size=2, policy_version=0, sampling={}, now=0)]  # fmt: skip
+    g = [group_id_of("r", i) for i in range(4)]
+    scores = [
+        score(g[0], 0, Reward(value=0.0)), score(g[0], 1, Reward(value=1.0)),
+        score(g[1], 0, Reward(value=0.0)), score(g[1], 1, Reward(value=0.0)),
+        score(g[2], 0, Reward(value=1.0)), score(g[2], 1, Reward(value=1.0)),
+        score(g[3], 0, Reward(value=1.0)), score(g[3], 1, Discard(reason="sandbox_lost")),
+    ]  # fmt: skip
+    curve = reward_curve([step(2, [g[2], g[3]]), step(1, [g[0], g[1]])], work, scores)
+    assert curve.steps == [1, 2]
+    assert curve.overall == pytest.approx([0.25, 1.0])
+    assert curve.by_task == {"click-button": [0.5, 1.0], "fill-form": [0.0, 1.0]}
+    assert curve.ends(1) == pytest.approx((0.25, 1.0))
+    assert window_success(curve, 1, last=True) == {"click-button": 1.0, "fill-form": 1.0}
+    assert window_success(curve, 1, last=False) == {"click-button": 0.5, "fill-form": 0.0}
+
+
+def test_success_counts_a_reward_of_one_and_nothing_else() -> None:
+    work = work_for_group("r", 0, tasks=["read-value"], group_size=3, policy_version=0, sampling={}, now=0)
+    scores = {
+        work[0].episode_id: score(work[0].group_id, 0, Reward(value=1.0)),
+        work[1].episode_id: score(work[0].group_id, 1, Reward(value=0.5)),
+    }  # the third was never scored
+    assert success_by_task(work, scores) == {"read-value": pytest.approx(1 / 3)}

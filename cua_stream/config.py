@@ -26,7 +26,19 @@ __all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "read_fi
 
 ENV_PREFIX = "CUA_"
 SECTIONS = frozenset(
-    {"bus", "broker", "engine", "gateway", "producer", "scorer", "trainer", "sft", "demo", "chaos", "dashboard"}
+    {
+        "bus",
+        "broker",
+        "engine",
+        "gateway",
+        "producer",
+        "scorer",
+        "trainer",
+        "sft",
+        "demo",
+        "chaos",
+        "dashboard",
+    }
 )
 """The sections a config file may have: ``bus`` plus one per daemon config."""
 

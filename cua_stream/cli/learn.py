@@ -31,11 +31,12 @@ def learn(
     tasks: Annotated[str, typer.Option(help="Comma-separated bundled tasks, or 'all'.")] = "click-button",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
     eval_episodes: Annotated[int, typer.Option(help="Episodes per task measuring the base policy.")] = 4,
-    sft_epochs: Annotated[int, typer.Option(help="SFT passes over the demonstrations.")] = 6,
+    sft_epochs: Annotated[int, typer.Option(help="SFT passes over the demonstrations.")] = 30,
     steps: Annotated[int, typer.Option(help="GRPO steps.")] = 20,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
     lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 2e-4,
+    temperature: Annotated[float, typer.Option(help="GRPO's sampling (and logprob) temperature.")] = 0.6,
     budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
     engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
@@ -55,7 +56,7 @@ def learn(
     plan = LearnPlan(
         seed=seed, tasks=tuple(parse_tasks(tasks)), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
-        concurrency=concurrency,
+        temperature=temperature, concurrency=concurrency,
     )  # fmt: skip
     file_data = load_file(config)
     run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
@@ -89,7 +90,7 @@ def learn(
 
     evaluation = instance_work(
         f"{run}-base", list(plan.tasks), plan.eval_layouts(),
-        sampling={"temperature": 1.0, "max_new_tokens": plan.max_new_tokens}, now=time.time(),
+        sampling={"temperature": plan.temperature, "max_new_tokens": plan.max_new_tokens}, now=time.time(),
     )  # fmt: skip
     demonstrations = demonstration_work(f"{run}-oracle", list(plan.tasks), plan.demo_layouts())
     with teacher_stack(

@@ -9,8 +9,9 @@ The chat path, in order:
 2. Match the parent call (calltree); refuse to extend a reply cut by length (409).
 3. Render only the new part (rendering): the parent's exact ids + glue + appended messages.
 4. Call the engine's /generate (the history's ids and images go in as the parent's JSON); a session
-   with a teacher has the teacher's reply scored instead (``teacher``: a forced completion). A non-2xx reply is passed through, an unreachable engine is 503, an
-   invalid reply 502, an aborted generation 503: none of them is recorded.
+   with a teacher has the teacher's reply scored instead (``teacher``: a forced completion). A non-2xx
+   reply is passed through, an unreachable engine is 503, an invalid reply 502, an aborted generation
+   503: none of them is recorded.
 5. Store new images in the blob store (in a worker thread, during the engine call), then, under the
    session's lock, take the next ``seq``, publish the record and wait until it is durable, and only
    then add the call to the tree.
@@ -28,7 +29,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -78,6 +79,13 @@ class Prepared:
     image_data: JsonStrings
     """Every image of the prompt, in prompt order (the engine needs them all); the history's are the
     parent's already-encoded ones."""
+
+
+class Forced(NamedTuple):
+    """A teacher's reply as the completion to record: its text and its ids (end-of-turn token included)."""
+
+    text: str
+    ids: list[int]
 
 
 class Gateway:
@@ -395,7 +403,7 @@ class Gateway:
 
     async def _teacher_reply(
         self, session: Session, prepared: Prepared, body: bytes | dict[str, Any]
-    ) -> tuple[str, list[int]]:
+    ) -> Forced:
         """The teacher's reply text and its ids as the policy's completion (the reply, then the
         end-of-turn token the policy would stop on)."""
         assert self.teacher is not None and session.teacher is not None
@@ -409,10 +417,10 @@ class Gateway:
                 f"{prepared.call.sampling['max_new_tokens']}",
                 code="teacher_reply_too_long",
             )
-        return text, ids
+        return Forced(text, ids)
 
     async def _generate_storing_images(
-        self, session: Session, prepared: Prepared, forced: tuple[str, list[int]] | None = None
+        self, session: Session, prepared: Prepared, forced: Forced | None = None
     ) -> tuple[EngineReply, tuple[ImageRef, ...]]:
         """Step 4, with step 5's image work (full decode, hash, blob write) done in a worker thread while
         the engine generates: the images are durable before the record is published, and their cost
@@ -449,8 +457,8 @@ class Gateway:
                     reply = await self.engine.score(
                         prepared.prompt_json,
                         prepared.image_data,
-                        forced[1],
-                        forced[0],
+                        forced.ids,
+                        forced.text,
                         session.temperature,
                         routing_key=session.session_id,
                         rid=prepared.call_id,

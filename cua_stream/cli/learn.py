@@ -191,10 +191,12 @@ async def _grpo(
 
 async def _curve(bus: BusConfig, run_id: str) -> Curve:
     from cua_stream.bus.reader import scan
+    from cua_stream.events import TrainStep
     from cua_stream.learn import reward_curve
     from cua_stream.topics import SCORES, TRAIN_STEPS, WORK
 
     steps = [d.event async for d in scan(bus, TRAIN_STEPS) if d.event.run_id == run_id]
+    steps = [s for s in steps if isinstance(s, TrainStep)]  # the topic also carries the dropped groups
     work = [d.event async for d in scan(bus, WORK) if d.event.run_id == run_id]
     scores = [d.event async for d in scan(bus, SCORES) if d.event.run_id == run_id]
     return reward_curve(steps, work, scores)  # type: ignore[arg-type]

@@ -76,6 +76,10 @@ class Board:
     trained_unmatched: OrderedDict[str, int] = field(default_factory=OrderedDict)
     """Trained groups whose work record has not been read yet (topics are read side by side, in no
     order between them), with the version they trained into: counted when their work arrives."""
+    group_tasks: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    group_rewards: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)
+    """The recent groups' tasks and rewards (for each step's reward by task, whatever order the topics
+    are read in)."""
     latest_version: int = 0
     records: int = 0
 
@@ -85,12 +89,11 @@ class Board:
         self.records += 1
         match event:
             case WorkRequest():
-                self.group_versions[event.group_id] = event.policy_version
-                while len(self.group_versions) > GROUP_VERSIONS_KEPT:
-                    self.group_versions.popitem(last=False)
+                _bounded(self.group_versions, event.group_id, event.policy_version)
                 if (trained := self.trained_unmatched.pop(event.group_id, None)) is not None:
                     self._stale(trained, event.policy_version)
                 self._episode(event.episode_id, event.group_id).task = event.task.name
+                _bounded(self.group_tasks, event.group_id, event.task.name)
             case CallRecord():
                 ep = self._episode(event.episode_id, event.group_id)
                 ep.calls.append(
@@ -125,6 +128,9 @@ class Board:
                 self.verdicts[label] += 1
                 ep = self._episode(event.episode_id, event.group_id)
                 ep.verdict, ep.reward = label, None if isinstance(verdict, Discard) else verdict.value
+                if ep.reward is not None:
+                    rewards = self.group_rewards.get(event.group_id) or []
+                    _bounded(self.group_rewards, event.group_id, [*rewards, ep.reward])
             case TrainStep():
                 m = event.metrics
                 self.steps.append(
@@ -136,15 +142,14 @@ class Board:
                         "grad_norm": m.get("grad_norm", 0.0),
                         "episodes": event.n_episodes,
                         "finished_at": event.finished_at,
+                        "group_ids": list(event.group_ids),
                     }
                 )
                 for group_id in event.group_ids:
                     if (issued := self.group_versions.get(group_id)) is not None:
                         self._stale(event.policy_version, issued)
                     else:
-                        self.trained_unmatched[group_id] = event.policy_version
-                        while len(self.trained_unmatched) > GROUP_VERSIONS_KEPT:
-                            self.trained_unmatched.popitem(last=False)
+                        _bounded(self.trained_unmatched, group_id, event.policy_version)
             case GroupDropped():
                 self.drops[event.reason] += 1
             case PolicyVersion():
@@ -171,6 +176,14 @@ class Board:
         """Per task, over the recent episodes: how many were scored, their mean reward, the discards."""
         return _by_task(list(self.episodes.values()))
 
+    def step_by_task(self, group_ids: list[str]) -> dict[str, float]:
+        """A step's mean reward per task, over its groups whose task and rewards are known."""
+        rewards: dict[str, list[float]] = {}
+        for group in group_ids:
+            if group in self.group_tasks and self.group_rewards.get(group):
+                rewards.setdefault(self.group_tasks[group], []).extend(self.group_rewards[group])
+        return {task: round(sum(v) / len(v), 3) for task, v in sorted(rewards.items())}
+
     def summary(self) -> dict[str, Any]:
         engine = sorted(e for e, _ in self.latency)
         gateway = sorted(g for _, g in self.latency)
@@ -178,7 +191,10 @@ class Board:
         return {
             "records": self.records,
             "latest_version": self.latest_version,
-            "steps": self.steps[-200:],
+            "steps": [
+                {**step, "by_task": self.step_by_task(step["group_ids"])}
+                for step in sorted(self.steps, key=lambda s: s["step"])[-200:]
+            ],
             "verdicts": dict(self.verdicts.most_common()),
             "drops": dict(self.drops.most_common()),
             "dead_letters": dict(self.dead_letters.most_common()),
@@ -195,6 +211,14 @@ class Board:
                 for e in reversed(self.episodes.values())
             ][:50],
         }  # fmt: skip
+
+
+def _bounded[V](table: OrderedDict[str, V], key: str, value: V) -> None:
+    """Set ``key`` as the newest entry of ``table``, forgetting the oldest past ``GROUP_VERSIONS_KEPT``."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > GROUP_VERSIONS_KEPT:
+        table.popitem(last=False)
 
 
 def _by_task(episodes: list[Episode]) -> dict[str, dict[str, float]]:

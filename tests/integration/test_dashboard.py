@@ -134,6 +134,9 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
                 while len(seen["steps"]) < 2:
                     seen = json.loads((await _next_data(lines))[6:])
             assert [(s["step"], s["mean_reward"]) for s in seen["steps"]] == [(1, 0.5), (2, 1.0)]
+            assert [s["by_task"] for s in seen["steps"]] == [
+                {"click-button": 1.0}
+            ] * 2  # its rewarded episode
             assert seen["verdicts"] == {"reward 1 (ok)": 1, "discard (sandbox_lost)": 1}
             assert seen["drops"] == {"discarded": 1} and seen["dead_letters"] == {"undecodable": 1}
             assert seen["staleness"] == {"0": 1, "1": 1} and seen["latest_version"] == 2
@@ -151,6 +154,7 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
         async with chromium(f"{url}/#episode={GROUP}-e0") as page:
             dom = await page.until(lambda h: "policy v2" in h and all(a in h for a in ACTIONS))
             assert "<td>2</td><td>v2</td><td>2</td><td>1.000</td>" in dom  # the steps table, newest first
+            assert '<td class="by-task">click-button 1.00</td>' in dom  # each step's reward by task
             assert "discard (sandbox_lost)" in dom and "reward 1 (ok)" in dom and "discarded" in dom
             assert f'src="/blobs/{sha}"' in dom and "<polyline" in dom  # a screenshot; the reward chart
             assert "<td>click-button</td><td>2</td><td>1.000</td><td>1</td>" in dom  # reward by task

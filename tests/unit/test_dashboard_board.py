@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
 from consumers.dashboard import board as board_module
@@ -47,6 +48,23 @@ def test_staleness_is_the_same_whichever_topic_is_read_first() -> None:
             b.add(r)
         results.add(tuple(sorted(b.staleness.items())))
     assert results == {((0, 2), (1, 1))}  # g0 and g2 trained on the next version; g1 one version late
+
+
+def test_each_steps_reward_by_task_whichever_topic_is_read_first() -> None:
+    def scored(g: int, value: float) -> ScoreEvent:
+        return ScoreEvent(run_id="r", group_id=f"g{g}", episode_id=f"g{g}-e0", verdict=Reward(value=value),
+                          policy_version=0, scored_at=0.0)  # fmt: skip
+
+    tasks = {0: "click", 1: "fill", 2: "click"}
+    works = [msgspec.structs.replace(work(g, 0), task=TaskRef(name=t)) for g, t in tasks.items()]
+    records = [*works, scored(0, 1.0), scored(1, 0.0), scored(2, 0.0), step(1, 0, 1), step(2, 2)]
+    results = set()
+    for order in itertools.permutations(records):
+        b = Board()
+        for r in order:
+            b.add(r)
+        results.add(tuple(tuple(sorted(s["by_task"].items())) for s in b.summary()["steps"]))
+    assert results == {((("click", 1.0), ("fill", 0.0)), (("click", 0.0),))}
 
 
 def test_verdicts_drops_latency_throughput_and_an_episodes_calls_in_order() -> None:

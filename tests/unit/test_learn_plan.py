@@ -67,3 +67,20 @@ def test_success_counts_a_reward_of_one_and_nothing_else() -> None:
         work[1].episode_id: score(work[0].group_id, 1, Reward(value=0.5)),
     }  # the third was never scored
     assert success_by_task(work, scores) == {"read-value": pytest.approx(1 / 3)}
+
+
+def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
+    from consumers.trainer.config import TrainerConfig
+    from cua_stream.config import convert
+    from cua_stream.demo import tiny_model_dir
+    from producers.config import ProducerConfig
+
+    plan = LearnPlan(temperature=0.6, steps=7)
+    trainer = convert(
+        TrainerConfig,
+        "trainer",
+        {"run_id": "r", "model_path": str(tiny_model_dir()), **plan.trainer_settings()},
+    )
+    assert (trainer.temperature, trainer.max_steps, trainer.tasks) == (0.6, 7, ["click-button"])
+    producer = convert(ProducerConfig, "producer", plan.producer_settings())
+    assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency

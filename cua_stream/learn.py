@@ -26,6 +26,8 @@ EVAL_OFFSET = 1_000_000
 class LearnPlan:
     seed: int = 0
     """Seeds the base model, the demonstration and evaluation layouts, and the engine."""
+    model_size: str = "tiny"
+    """The base policy's size (``models.tiny.SIZES``); the real Qwen vocabulary and chat template either way."""
     tasks: tuple[str, ...] = ("click-button",)
     demo_seeds: int = 24
     """Oracle demonstrations per task (one layout each)."""

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 @friendly_errors
 def learn(
     seed: Annotated[int, typer.Option(help="Seeds the base model, the layouts of SFT and evaluation.")] = 0,
+    model_size: Annotated[
+        str, typer.Option(help="The base policy: tiny or small (models.tiny.SIZES).")
+    ] = "tiny",
     tasks: Annotated[str, typer.Option(help="Comma-separated bundled tasks, or 'all'.")] = "click-button",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
     eval_episodes: Annotated[int, typer.Option(help="Episodes per task measuring the base policy.")] = 4,
@@ -53,8 +56,12 @@ def learn(
     from producers.config import producer_config
 
     started = time.monotonic()
+    from cua_stream.models.tiny import SIZES
+
+    if model_size not in SIZES:
+        raise typer.BadParameter(f"one of {', '.join(SIZES)}", param_hint="--model-size")
     plan = LearnPlan(
-        seed=seed, tasks=tuple(parse_tasks(tasks)), demo_seeds=demos, eval_episodes=eval_episodes,
+        seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
         temperature=temperature, concurrency=concurrency,
     )  # fmt: skip
@@ -76,10 +83,10 @@ def learn(
     producer = msgspec.structs.replace(producer, bus=bus)
     timings: dict[str, float] = {}
 
-    step(f"building the base policy (tiny Qwen3-VL, seed {seed})")
+    step(f"building the base policy ({plan.model_size} random Qwen3-VL, seed {seed})")
     from cua_stream.models.tiny import make_tiny_model
 
-    base = make_tiny_model(home / "base", seed=seed)
+    base = make_tiny_model(home / "base", seed=seed, size=plan.model_size)
     logs = home / "logs"
     step(
         f"evaluating the base policy ({plan.eval_episodes} per task) and recording {plan.demo_seeds} oracle "

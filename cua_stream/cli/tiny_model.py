@@ -17,6 +17,9 @@ def make_tiny_model(
     max_pixels: Annotated[
         int, typer.Option(help="Screenshot pixel cap (640x360 = 220 image tokens for 1280x720).")
     ] = 640 * 360,
+    size: Annotated[
+        str, typer.Option(help="tiny (2 layers of width 64) or small (4 of width 256).")
+    ] = "tiny",
 ) -> None:
     """Random weights, the real Qwen vocabulary and special-token ids, no network."""
     from transformers.utils import logging as hf_logging
@@ -24,5 +27,9 @@ def make_tiny_model(
     from cua_stream.models.tiny import make_tiny_model as build
 
     hf_logging.disable_progress_bar()
-    path = build(out_dir, seed=seed, max_pixels=max_pixels)
+    from cua_stream.models.tiny import SIZES
+
+    if size not in SIZES:
+        raise typer.BadParameter(f"one of {', '.join(SIZES)}", param_hint="--size")
+    path = build(out_dir, seed=seed, max_pixels=max_pixels, size=size)
     typer.echo(f"tiny Qwen3-VL saved to {path}")

@@ -140,39 +140,53 @@ def build_processor(
     )
 
 
-def tiny_config() -> Qwen3VLConfig:
+SIZES: dict[str, dict[str, int]] = {
+    "tiny": {"hidden": 64, "layers": 2, "heads": 4, "kv_heads": 2, "vision_hidden": 32, "vision_depth": 2},
+    "small": {"hidden": 256, "layers": 4, "heads": 8, "kv_heads": 4, "vision_hidden": 128, "vision_depth": 4},
+}
+"""``tiny``: the tests' and the demo's model (a forward is milliseconds). ``small``: ``learn``'s option —
+wide and deep enough to hold a reply's JSON template through sampling, still a few seconds per SFT
+epoch on two cores (its 151k-row embedding and LM head are most of its 80M parameters either way)."""
+
+
+def tiny_config(size: str = "tiny") -> Qwen3VLConfig:
     """Constraints of transformers' Qwen3-VL code (a violation fails at load or at the first forward):
     mrope_section sums to head_dim/2, the vision position table is a perfect square, and the vision
     tower's output width equals the text width."""
     from transformers import Qwen3VLConfig
 
+    if size not in SIZES:
+        raise ValueError(f"model size {size!r}: one of {', '.join(SIZES)}")
+    d = SIZES[size]
+    head_dim = d["hidden"] // d["heads"]
+    quarter = head_dim // 8  # mrope sections (t, h, w) sum to head_dim / 2
     return Qwen3VLConfig(
         text_config={
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 16,
+            "hidden_size": d["hidden"],
+            "intermediate_size": 2 * d["hidden"],
+            "num_hidden_layers": d["layers"],
+            "num_attention_heads": d["heads"],
+            "num_key_value_heads": d["kv_heads"],
+            "head_dim": head_dim,
             "vocab_size": 151_936,
             "rope_parameters": {
                 "rope_type": "default",
                 "rope_theta": 5_000_000.0,
-                "mrope_section": [4, 2, 2],
+                "mrope_section": [2 * quarter, quarter, quarter],
                 "mrope_interleaved": True,
             },
         },
         vision_config={
-            "depth": 2,
-            "hidden_size": 32,
-            "intermediate_size": 64,
+            "depth": d["vision_depth"],
+            "hidden_size": d["vision_hidden"],
+            "intermediate_size": 2 * d["vision_hidden"],
             "num_heads": 2,
             "patch_size": PATCH_SIZE,
             "spatial_merge_size": MERGE_SIZE,
             "temporal_patch_size": TEMPORAL_PATCH_SIZE,
-            "out_hidden_size": 64,
+            "out_hidden_size": d["hidden"],
             "num_position_embeddings": 144,
-            "deepstack_visual_indexes": [0, 1],
+            "deepstack_visual_indexes": list(range(min(d["vision_depth"], 2))),
         },
         image_token_id=IMAGE_PAD_ID,
         video_token_id=VIDEO_PAD_ID,
@@ -182,13 +196,13 @@ def tiny_config() -> Qwen3VLConfig:
     )
 
 
-def build_model(seed: int = 0) -> Qwen3VLForConditionalGeneration:
+def build_model(seed: int = 0, size: str = "tiny") -> Qwen3VLForConditionalGeneration:
     """Random weights from ``seed`` (the same seed gives the same model), with the LM head shaped."""
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
     torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(tiny_config())
+    model = Qwen3VLForConditionalGeneration(tiny_config(size))
     _shape_weights(model, torch.Generator().manual_seed(seed + 1))
     return model.eval()
 
@@ -213,13 +227,14 @@ def make_tiny_model(
     *,
     seed: int = 0,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    size: str = "tiny",
 ) -> Path:
     """Build the tiny model, tokenizer, processor and chat template and save them to ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer, max_pixels=max_pixels)
-    model = build_model(seed)
+    model = build_model(seed, size)
     model.generation_config.eos_token_id = IM_END_ID
     model.generation_config.pad_token_id = ENDOFTEXT_ID
     model.save_pretrained(out)

@@ -84,3 +84,22 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     assert (trainer.temperature, trainer.max_steps, trainer.tasks) == (0.6, 7, ["click-button"])
     producer = convert(ProducerConfig, "producer", plan.producer_settings())
     assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("size", ["tiny", "small"])
+def test_each_model_size_builds_and_runs_a_forward(size: str) -> None:
+    import torch
+
+    from cua_stream.models.tiny import IM_END_ID, SIZES, build_model, tiny_config
+
+    config = tiny_config(size)
+    text = config.text_config
+    assert text.hidden_size == SIZES[size]["hidden"] == config.vision_config.out_hidden_size
+    assert sum(text.rope_parameters["mrope_section"]) == text.head_dim // 2
+    model = build_model(seed=3, size=size)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[151644, 872, 198, 9707, IM_END_ID]])).logits
+    assert logits.shape == (1, 5, 151_936) and torch.isfinite(logits).all()
+    with pytest.raises(ValueError, match="one of tiny, small"):
+        tiny_config("huge")

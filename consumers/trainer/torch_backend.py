@@ -24,6 +24,11 @@ from cua_stream.blobs import BlobStore
 from cua_stream.engine.forward import prompt_position_ids, token_logprobs
 
 
+def loss_mask(sample: Sample) -> torch.Tensor:
+    """``sample``'s loss mask as a uint8 tensor (1 = trained)."""
+    return torch.frombuffer(bytearray(sample.loss_mask), dtype=torch.uint8)
+
+
 @dataclass(frozen=True)
 class TrainItem:
     """A sample with its episode's advantage, and the episode's index within the step."""
@@ -73,7 +78,7 @@ class TorchBackend:
         entries the full-sequence logits of a screenshot episode are hundreds of MB, and their softmax
         was most of a step's time for the ~10 % of tokens that train."""
         ids = torch.tensor([list(sample.tokens)], dtype=torch.long)
-        trained = torch.frombuffer(bytearray(sample.loss_mask), dtype=torch.uint8).nonzero().squeeze(1)
+        trained = loss_mask(sample).nonzero().squeeze(1)
         trained = trained[trained > 0]  # the first token is predicted by nothing
         pixel_values, grid = pixel_inputs(sample.images, self.blobs, self.processor.image_processor)
         positions, _ = prompt_position_ids(self.model, ids, grid)
@@ -100,9 +105,7 @@ class TorchBackend:
         rollout = torch.cat(
             [torch.tensor(item.sample.rollout_logprobs, dtype=torch.float32) for item in items]
         )
-        mask = torch.cat(
-            [torch.frombuffer(bytearray(item.sample.loss_mask), dtype=torch.uint8) for item in items]
-        )
+        mask = torch.cat([loss_mask(item.sample) for item in items])
         advantages = torch.cat([torch.full((len(item.sample.tokens),), item.advantage) for item in items])
         episodes = torch.cat(
             [torch.full((len(item.sample.tokens),), item.episode, dtype=torch.long) for item in items]
@@ -121,10 +124,7 @@ class TorchBackend:
     def sft_step(self, samples: Sequence[Sample]) -> tuple[float, int, float]:
         """One optimizer step of cross-entropy on ``samples``' trained tokens: (loss, tokens, grad norm)."""
         self.optimizer.zero_grad(set_to_none=True)
-        loss, n = sft_loss(
-            [self.token_logprobs(s) for s in samples],
-            [torch.frombuffer(bytearray(s.loss_mask), dtype=torch.uint8) for s in samples],
-        )
+        loss, n = self._sft_loss(samples)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
@@ -133,11 +133,10 @@ class TorchBackend:
     def nll(self, samples: Sequence[Sample]) -> float:
         """The mean negative logprob of ``samples``' trained tokens under the current weights."""
         with torch.no_grad():
-            loss, _ = sft_loss(
-                [self.token_logprobs(s) for s in samples],
-                [torch.frombuffer(bytearray(s.loss_mask), dtype=torch.uint8) for s in samples],
-            )
-        return float(loss)
+            return float(self._sft_loss(samples)[0])
+
+    def _sft_loss(self, samples: Sequence[Sample]) -> tuple[torch.Tensor, int]:
+        return sft_loss([self.token_logprobs(s) for s in samples], [loss_mask(s) for s in samples])
 
     def save(self, out_dir: str | Path, *, processor: bool = False) -> Path:
         """The weights (and config) where the engine can load them; with ``processor``, a whole model

@@ -160,15 +160,9 @@ class EngineService:
             return _error(400, str(e))
         return_logprob = bool(body.get("return_logprob"))
         score_from = None
-        if start != -1:  # input logprobs: a forced completion scored, nothing generated
-            if not (isinstance(start, int) and return_logprob and params.max_new_tokens == 0):
-                return _error(
-                    400,
-                    "logprob_start_len: input logprobs are supported for scoring only "
-                    "(return_logprob and sampling_params.max_new_tokens=0)",
-                )
-            if not 0 < start < len(input_ids):
-                return _error(400, f"logprob_start_len: must lie in [1, {len(input_ids)})")
+        if start != -1:  # input logprobs: a forced completion scored (the runner checks the rest)
+            if not (isinstance(start, int) and return_logprob):
+                return _error(400, "logprob_start_len: input logprobs need return_logprob (and an integer)")
             score_from = start
         return input_ids, image_data, params, return_logprob, score_from
 

@@ -235,10 +235,12 @@ class ModelRunner:
         that leaves no room is refused (EngineInputError), a longer ``max_new_tokens`` is shortened.
         A scoring request (``score_from``, nothing generated) needs no room beyond its input."""
         room = self.context_length - len(input_ids)
-        if score_from is not None and (params.max_new_tokens != 0 or not 0 < score_from < len(input_ids)):
+        if score_from is not None and params.max_new_tokens != 0:
             raise EngineInputError(
-                "logprob_start_len: scoring the input needs max_new_tokens=0 and a start inside input_ids"
+                "logprob_start_len: input logprobs are for scoring only (max_new_tokens=0)"
             )
+        if score_from is not None and not 0 < score_from < len(input_ids):
+            raise EngineInputError(f"logprob_start_len: must lie in [1, {len(input_ids)})")
         if room < (0 if score_from is not None else 1):
             raise EngineInputError(
                 f"input_ids: {len(input_ids)} tokens leave no room for a completion in the context "

@@ -1,5 +1,6 @@
-"""The local stack the one-machine commands share (``demo``, ``record-oracle``): a broker with the
-topics, and the engine and gateway as child processes (logs under ``logs``), stopped when the block ends."""
+"""The local stack the one-machine commands share (``demo``, ``record-oracle``, ``learn``): a broker with
+the topics; the engine and gateway (and the teacher) as child processes (logs under ``logs``), stopped
+when the block ends; episodes run by an in-process producer and scorer until scored."""
 
 from __future__ import annotations
 
@@ -7,23 +8,29 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
+import typer
 from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.config import BusConfig, build
 
+if TYPE_CHECKING:
+    from cua_stream.events import ScoreEvent, WorkRequest
+    from producers.config import ProducerConfig
+
 out = Console(highlight=False)
+SCORED_WAIT_S = 1800.0
+"""How long ``run_episodes`` waits for every episode to be scored."""
 
 
 @dataclass(frozen=True)
 class Serving:
     engine_url: str
     gateway_url: str
-    logs: Path
 
 
 def broker_and_topics(
@@ -79,7 +86,7 @@ def engine_and_gateway(
         child(engine_args, f"{engine_url}/health", logs / "engine.log"),
         child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"),
     ):
-        yield Serving(engine_url, gateway_url, logs)
+        yield Serving(engine_url, gateway_url)
 
 
 class Steps:
@@ -91,3 +98,69 @@ class Steps:
     def __call__(self, what: str) -> None:
         self.n += 1
         out.print(f"[bold]{self.n}/{self.total}[/bold] {what}")
+
+
+def parse_tasks(tasks: str) -> list[str]:
+    """``--tasks``: comma-separated bundled task names, or ``all``."""
+    from cua_stream.tasks import TASKS
+
+    chosen = list(TASKS) if tasks == "all" else [t.strip() for t in tasks.split(",") if t.strip()]
+    unknown = [t for t in chosen if t not in TASKS]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown tasks {unknown}; known: {', '.join(TASKS)}", param_hint="--tasks")
+    return chosen
+
+
+@contextmanager
+def teacher_stack(
+    model: Path, bus: BusConfig, *, engine_port: int, gateway_port: int, policies_port: int, logs: Path
+) -> Iterator[Serving]:
+    """The scripted-policy server (the teacher), the engine and a gateway whose sessions may use it."""
+    from cua_stream.procs import child
+
+    teacher_url = f"http://127.0.0.1:{policies_port}/policies"
+    with (
+        child(["policies", "--port", str(policies_port)], f"http://127.0.0.1:{policies_port}/health",
+              logs / "policies.log"),
+        engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs,
+                           gateway_extra=("--teacher-url", teacher_url)) as serving,
+    ):  # fmt: skip
+        yield serving
+
+
+async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
+    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from cua_stream.bus.producer import EventProducer
+    from cua_stream.topics import WORK
+    from producers.daemon import Producer
+
+    bus = producer.bus
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        await tg.start(Scorer(ScorerConfig(bus=bus)).run)
+        await tg.start(lambda task_status: Producer(producer).run(stop=stop, task_status=task_status))
+        async with EventProducer(bus) as publisher:
+            for request in work:
+                await publisher.publish(WORK, request)
+        scores = await _scores_of(bus, work)
+        stop.set()
+        tg.cancel_scope.cancel()
+    return scores
+
+
+async def _scores_of(bus: BusConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+    """Wait (bounded) until every episode of ``work`` is scored; the scores by episode."""
+    from cua_stream.bus.reader import scan
+    from cua_stream.topics import SCORES
+
+    wanted = {w.episode_id for w in work}
+    found: dict[str, ScoreEvent] = {}
+    with anyio.move_on_after(SCORED_WAIT_S):
+        while len(found) < len(wanted):
+            async for d in scan(bus, SCORES):
+                if d.event.episode_id in wanted:
+                    found[d.event.episode_id] = d.event
+            if len(found) < len(wanted):
+                await anyio.sleep(2.0)
+    return found

@@ -15,8 +15,16 @@ import typer
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway, out
-from cua_stream.cli.record_oracle import demonstration_work, parse_tasks, run_episodes, teacher_stack
+from cua_stream.cli._stack import (
+    Steps,
+    broker_and_topics,
+    engine_and_gateway,
+    out,
+    parse_tasks,
+    run_episodes,
+    teacher_stack,
+)
+from cua_stream.cli.record_oracle import demonstration_work
 from cua_stream.config import BusConfig, state_dir
 
 if TYPE_CHECKING:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -23,45 +21,15 @@ import typer
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._stack import Serving, Steps, broker_and_topics, engine_and_gateway, out
-from cua_stream.config import BusConfig, state_dir
+from cua_stream.cli._stack import Steps, broker_and_topics, out, parse_tasks, run_episodes, teacher_stack
+from cua_stream.config import state_dir
 
 if TYPE_CHECKING:
     from cua_stream.events import ScoreEvent, WorkRequest
-    from producers.config import ProducerConfig
 
 TEACHER = "oracle"
 MAX_NEW_TOKENS = 256
 """The oracle's replies are ~40-70 tokens of computer-1 JSON."""
-WAIT_S = 1800.0
-
-
-def parse_tasks(tasks: str) -> list[str]:
-    """``--tasks``: comma-separated bundled task names, or ``all``."""
-    from cua_stream.tasks import TASKS
-
-    chosen = list(TASKS) if tasks == "all" else [t.strip() for t in tasks.split(",") if t.strip()]
-    unknown = [t for t in chosen if t not in TASKS]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown tasks {unknown}; known: {', '.join(TASKS)}", param_hint="--tasks")
-    return chosen
-
-
-@contextmanager
-def teacher_stack(
-    model: Path, bus: BusConfig, *, engine_port: int, gateway_port: int, policies_port: int, logs: Path
-) -> Iterator[Serving]:
-    """The scripted-policy server (the teacher), the engine and a gateway whose sessions may use it."""
-    from cua_stream.procs import child
-
-    teacher_url = f"http://127.0.0.1:{policies_port}/policies"
-    with (
-        child(["policies", "--port", str(policies_port)], f"http://127.0.0.1:{policies_port}/health",
-              logs / "policies.log"),
-        engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs,
-                           gateway_extra=("--teacher-url", teacher_url)) as serving,
-    ):  # fmt: skip
-        yield serving
 
 
 @friendly_errors
@@ -126,49 +94,11 @@ def record_oracle(
     _summary(run, work, scores, model)
 
 
-async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
-    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
-    from consumers.scorer.daemon import Scorer, ScorerConfig
-    from cua_stream.bus.producer import EventProducer
-    from cua_stream.topics import WORK
-    from producers.daemon import Producer
-
-    bus = producer.bus
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        await tg.start(Scorer(ScorerConfig(bus=bus)).run)
-        await tg.start(lambda task_status: Producer(producer).run(stop=stop, task_status=task_status))
-        async with EventProducer(bus) as publisher:
-            for request in work:
-                await publisher.publish(WORK, request)
-        scores = await _scores_of(bus, work)
-        stop.set()
-        tg.cancel_scope.cancel()
-    return scores
-
-
 def demonstration_work(run_id: str, tasks: list[str], seeds: list[int]) -> list[WorkRequest]:
     from consumers.trainer.feeder import instance_work
 
     sampling = {"temperature": 1.0, "max_new_tokens": MAX_NEW_TOKENS}
     return instance_work(run_id, tasks, seeds, teacher=TEACHER, sampling=sampling, now=time.time())
-
-
-async def _scores_of(bus: object, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
-    """Wait (bounded) until every episode of ``work`` is scored; the scores by episode."""
-    from cua_stream.bus.reader import scan
-    from cua_stream.topics import SCORES
-
-    wanted = {w.episode_id for w in work}
-    found: dict[str, ScoreEvent] = {}
-    with anyio.move_on_after(WAIT_S):
-        while len(found) < len(wanted):
-            async for d in scan(bus, SCORES):  # type: ignore[arg-type]
-                if d.event.episode_id in wanted:
-                    found[d.event.episode_id] = d.event
-            if len(found) < len(wanted):
-                await anyio.sleep(2.0)
-    return found
 
 
 def _summary(run_id: str, work: list[WorkRequest], scores: dict[str, ScoreEvent], model: Path) -> None:

@@ -85,6 +85,19 @@ def instance_work(
     ]
 
 
+ORACLE = "oracle"
+"""The bundled tasks' scripted solver, the teacher of demonstrations."""
+DEMONSTRATION_SAMPLING = {"temperature": 1.0, "max_new_tokens": 256}
+"""The oracle's replies are ~40-70 tokens of computer-1 JSON; the logprobs recorded are at 1.0."""
+
+
+def demonstration_work(
+    run_id: str, tasks: Sequence[str], seeds: Sequence[int], *, now: float
+) -> list[WorkRequest]:
+    """The oracle's demonstrations: one per task and layout seed."""
+    return instance_work(run_id, tasks, seeds, sampling=dict(DEMONSTRATION_SAMPLING), now=now, teacher=ORACLE)
+
+
 def missing_work(issued: Iterable[WorkRequest], group_size: int) -> list[WorkRequest]:
     """The episodes a crash kept off the work topic: a trainer killed while it published a group's
     requests (one by one, each durable) leaves only the first few; each missing one is its siblings' copy

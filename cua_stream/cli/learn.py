@@ -24,7 +24,6 @@ from cua_stream.cli._stack import (
     run_episodes,
     teacher_stack,
 )
-from cua_stream.cli.record_oracle import demonstration_work
 from cua_stream.config import BusConfig, state_dir
 
 if TYPE_CHECKING:
@@ -59,13 +58,13 @@ def learn(
     scorer and trainer; prints the curve and per-task success, writes <home>/learn/<run>/curve.png."""
     from transformers.utils import logging as transformers_logging
 
+    from consumers.trainer.feeder import demonstration_work, instance_work
     from cua_stream.desktop.doctor import require_desktop
-    from cua_stream.learn import LearnPlan
+    from cua_stream.learn import LearnPlan, success_by_task
+    from cua_stream.models.tiny import SIZES, make_tiny_model
     from producers.config import producer_config
 
     started = time.monotonic()
-    from cua_stream.models.tiny import SIZES
-
     if model_size not in SIZES:
         raise typer.BadParameter(f"one of {', '.join(SIZES)}", param_hint="--model-size")
     plan = LearnPlan(
@@ -92,8 +91,6 @@ def learn(
     timings: dict[str, float] = {}
 
     step(f"building the base policy ({plan.model_size} random Qwen3-VL, seed {seed})")
-    from cua_stream.models.tiny import make_tiny_model
-
     base = make_tiny_model(home / "base", seed=seed, size=plan.model_size)
     logs = home / "logs"
     step(
@@ -101,20 +98,16 @@ def learn(
         f"demonstrations per task through the gateway (logs in {logs})"
     )
     t0 = time.monotonic()
-    from consumers.trainer.feeder import instance_work
-
     evaluation = instance_work(
         f"{run}-base", list(plan.tasks), plan.eval_layouts(),
         sampling={"temperature": plan.temperature, "max_new_tokens": plan.max_new_tokens}, now=time.time(),
     )  # fmt: skip
-    demonstrations = demonstration_work(f"{run}-oracle", list(plan.tasks), plan.demo_layouts())
+    demonstrations = demonstration_work(f"{run}-oracle", plan.tasks, plan.demo_layouts(), now=time.time())
     with teacher_stack(
         base, bus, engine_port=engine_port, gateway_port=gateway_port, policies_port=policies_port, logs=logs
     ):
         scores = anyio.run(run_episodes, producer, evaluation + demonstrations)
     timings["evaluation and demonstrations"] = time.monotonic() - t0
-    from cua_stream.learn import success_by_task
-
     before = success_by_task(evaluation, scores)
     recorded = success_by_task(demonstrations, scores)
     out.print(f"    base policy success: {_pct(before)}; oracle demonstrations rewarded: {_pct(recorded)}")

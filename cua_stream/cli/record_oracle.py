@@ -27,10 +27,6 @@ from cua_stream.config import state_dir
 if TYPE_CHECKING:
     from cua_stream.events import ScoreEvent, WorkRequest
 
-TEACHER = "oracle"
-MAX_NEW_TOKENS = 256
-"""The oracle's replies are ~40-70 tokens of computer-1 JSON."""
-
 
 @friendly_errors
 def record_oracle(
@@ -53,6 +49,7 @@ def record_oracle(
 ) -> None:
     """Record oracle demonstrations of the bundled tasks as forced completions through the gateway and
     engine; score them with the real verifiers; print what was recorded and the `sft` command."""
+    from consumers.trainer.feeder import demonstration_work
     from cua_stream.demo import tiny_model_dir
     from producers.config import producer_config
 
@@ -89,16 +86,9 @@ def record_oracle(
             f"recording {len(chosen) * seeds} demonstration(s): {', '.join(chosen)} x seeds "
             f"{first_seed}..{first_seed + seeds - 1}, {concurrency} at once, up to {turns} turns"
         )
-        work = demonstration_work(run, chosen, list(range(first_seed, first_seed + seeds)))
+        work = demonstration_work(run, chosen, range(first_seed, first_seed + seeds), now=time.time())
         scores = anyio.run(run_episodes, producer, work)
     _summary(run, work, scores, model)
-
-
-def demonstration_work(run_id: str, tasks: list[str], seeds: list[int]) -> list[WorkRequest]:
-    from consumers.trainer.feeder import instance_work
-
-    sampling = {"temperature": 1.0, "max_new_tokens": MAX_NEW_TOKENS}
-    return instance_work(run_id, tasks, seeds, teacher=TEACHER, sampling=sampling, now=time.time())
 
 
 def _summary(run_id: str, work: list[WorkRequest], scores: dict[str, ScoreEvent], model: Path) -> None:

@@ -54,10 +54,14 @@ def _version(label: Any) -> int:
         raise EngineProtocolError(f"weight_version {label!r} is not an integer version") from None
 
 
-def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineReply:
+def _meta(payload: Any) -> dict[str, Any]:
     if not isinstance(payload, dict) or not isinstance(payload.get("meta_info"), dict):
         raise EngineProtocolError("reply has no meta_info object")
-    meta: dict[str, Any] = payload["meta_info"]
+    return payload["meta_info"]
+
+
+def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineReply:
+    meta = _meta(payload)
     output_ids = payload.get("output_ids")
     if not isinstance(output_ids, list) or not all(isinstance(t, int) for t in output_ids):
         raise EngineProtocolError("reply has no output_ids list")
@@ -90,9 +94,7 @@ def parse_scored_response(
     """A scoring reply (``max_new_tokens=0``, input logprobs from the forced completion's start) as the
     reply the policy would have given: ``forced_ids`` with the policy's logprob of each, ended by
     ``stop``. Strict like ``parse_generate_response``: each entry must name its forced id."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("meta_info"), dict):
-        raise EngineProtocolError("reply has no meta_info object")
-    meta: dict[str, Any] = payload["meta_info"]
+    meta = _meta(payload)
     logprobs = _logprobs(meta, "input_token_logprobs", forced_ids, "forced")
     n = len(forced_ids)
     return EngineReply(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cua_stream.events import Reward, ScoreEvent, TrainStep, WorkRequest
+from cua_stream.tasks.policies import reply_action
 
 SEED_SPACE = 2**32
 """Seeds at or above this are never a group's CRC-32 (``events.layout_seed``)."""
@@ -85,18 +86,33 @@ class Curve:
     overall: list[float] = field(default_factory=list)
     by_task: dict[str, list[float | None]] = field(default_factory=dict)
     """Per task, one value per step (None: no episode of the task in that step)."""
+    valid: list[float] = field(default_factory=list)
+    """Per step, the share of its episodes' replies that carry a computer-1 action (JSON with an
+    ``action`` naming a ``type``): the format SFT teaches, which GRPO must keep."""
 
     def ends(self, window: int) -> tuple[float, float]:
         """Mean reward of the first and of the last ``window`` steps."""
-        if not self.overall:
-            return 0.0, 0.0
-        return statistics.fmean(self.overall[:window]), statistics.fmean(self.overall[-window:])
+        return _ends(self.overall, window)
+
+    def valid_ends(self, window: int) -> tuple[float, float]:
+        """Share of replies with a valid action over the first and the last ``window`` steps."""
+        return _ends(self.valid, window)
+
+
+def _ends(values: Sequence[float], window: int) -> tuple[float, float]:
+    if not values:
+        return 0.0, 0.0
+    return statistics.fmean(values[:window]), statistics.fmean(values[-window:])
 
 
 def reward_curve(
-    steps: Iterable[TrainStep], work: Iterable[WorkRequest], scores: Iterable[ScoreEvent]
+    steps: Iterable[TrainStep],
+    work: Iterable[WorkRequest],
+    scores: Iterable[ScoreEvent],
+    replies: Mapping[str, Sequence[str]] | None = None,
 ) -> Curve:
-    """Reward per step from the steps' groups, their tasks (work topic) and their rewards (score topic)."""
+    """Reward per step from the steps' groups, their tasks (work topic) and their rewards (score topic);
+    with ``replies`` (group → its episodes' reply texts), the share of valid actions per step."""
     task_of = {w.group_id: w.task.name for w in work}
     rewards: dict[str, list[float]] = {}
     for s in scores:
@@ -115,6 +131,8 @@ def reward_curve(
             continue
         curve.steps.append(step.step)
         curve.overall.append(statistics.fmean(values))
+        texts = [t for g in step.group_ids for t in (replies or {}).get(g, ())]
+        curve.valid.append(sum(reply_action(t) is not None for t in texts) / len(texts) if texts else 0.0)
         for t in tasks:
             curve.by_task[t].append(statistics.fmean(per_task[t]) if per_task[t] else None)
     return curve

@@ -130,7 +130,7 @@ def learn(
     timings["GRPO"] = time.monotonic() - t0
 
     step("the curve")
-    curve = anyio.run(_curve, bus, f"{run}-grpo")
+    curve = anyio.run(_curve, bus, f"{run}-grpo", base)
     _report(plan, curve, before, trained, timings, home, run, time.monotonic() - started)
 
 
@@ -197,17 +197,25 @@ async def _grpo(
     return steps
 
 
-async def _curve(bus: BusConfig, run_id: str) -> Curve:
+async def _curve(bus: BusConfig, run_id: str, model: Path) -> Curve:
+    from transformers import AutoTokenizer
+
     from cua_stream.bus.reader import scan
     from cua_stream.events import TrainStep
     from cua_stream.learn import reward_curve
-    from cua_stream.topics import SCORES, TRAIN_STEPS, WORK
+    from cua_stream.topics import SCORES, TRAIN_STEPS, TURNS, WORK
 
     steps = [d.event async for d in scan(bus, TRAIN_STEPS) if d.event.run_id == run_id]
     steps = [s for s in steps if isinstance(s, TrainStep)]  # the topic also carries the dropped groups
     work = [d.event async for d in scan(bus, WORK) if d.event.run_id == run_id]
     scores = [d.event async for d in scan(bus, SCORES) if d.event.run_id == run_id]
-    return reward_curve(steps, work, scores)  # type: ignore[arg-type]
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    replies: dict[str, list[str]] = {}
+    async for d in scan(bus, TURNS):
+        if d.event.run_id == run_id:
+            text = tokenizer.decode(list(d.event.completion_ids), skip_special_tokens=True)
+            replies.setdefault(d.event.group_id, []).append(text)
+    return reward_curve(steps, work, scores, replies)  # type: ignore[arg-type]
 
 
 def _report(
@@ -229,6 +237,8 @@ def _report(
         f"mean reward, first {plan.window} GRPO steps -> last {plan.window}: {first:.3f} -> {last:.3f} "
         f"({last - first:+.3f}) over {len(curve.steps)} steps"
     )
+    valid_first, valid_last = curve.valid_ends(plan.window)
+    out.print(f"replies carrying a valid action: {valid_first:.0%} -> {valid_last:.0%}")
     train_s = sum(s.metrics.get("train_s", 0.0) for s in trained)
     save_s = sum(s.metrics.get("save_s", 0.0) for s in trained)
     parts = {**timings, "  of which GRPO forward/backward": train_s, "  of which weight saves": save_s}
@@ -237,7 +247,8 @@ def _report(
     png = home / "curve.png"
     _plot(curve, png, f"{run}: reward per GRPO step (after SFT)")
     (home / "curve.json").write_text(
-        json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task, "base": before,
+        json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task,
+                    "valid_actions": curve.valid, "base": before,
                     "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
     )  # fmt: skip
     out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "
@@ -256,6 +267,8 @@ def _plot(curve: Curve, path: Path, title: str) -> None:
         points = [(s, v) for s, v in zip(curve.steps, values, strict=True) if v is not None]
         if points and len(curve.by_task) > 1:
             ax.plot(*zip(*points, strict=True), "--.", label=task, alpha=0.7)
+    if curve.valid:
+        ax.plot(curve.steps, curve.valid, ":", color="grey", label="share of replies with a valid action")
     ax.set(xlabel="GRPO step", ylabel="mean reward", ylim=(-0.05, 1.05), title=title)
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")

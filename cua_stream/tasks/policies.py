@@ -65,16 +65,18 @@ def find_color(pixels: np.ndarray, color: tuple[int, int, int]) -> tuple[int, in
     )
 
 
+def reply_action(reply: str) -> dict[str, Any] | None:
+    """The action a computer-1 reply carries (a JSON object whose ``action`` names a ``type``), or None."""
+    try:
+        action = json.loads(reply).get("action")
+    except (ValueError, AttributeError):
+        return None
+    return action if isinstance(action, dict) and isinstance(action.get("type"), str) else None
+
+
 def progress(replies: Sequence[str]) -> int:
     """How many plan steps the conversation's earlier replies carried out (``wait`` replies do not count)."""
-    n = 0
-    for reply in replies:
-        try:
-            action = json.loads(reply).get("action", {})
-        except (ValueError, AttributeError):
-            continue
-        n += isinstance(action, dict) and action.get("type") not in (None, "wait")
-    return n
+    return sum((action := reply_action(reply)) is not None and action["type"] != "wait" for reply in replies)
 
 
 def oracle_action(lay: Layout, replies: Sequence[str], pixels: np.ndarray | None) -> dict[str, Any]:

@@ -51,7 +51,15 @@ def test_the_curve_is_the_mean_reward_per_step_and_task() -> None:
         score(g[2], 0, Reward(value=1.0)), score(g[2], 1, Reward(value=1.0)),
         score(g[3], 0, Reward(value=1.0)), score(g[3], 1, Discard(reason="sandbox_lost")),
     ]  # fmt: skip
-    curve = reward_curve([step(2, [g[2], g[3]]), step(1, [g[0], g[1]])], work, scores)
+    good = '{"analysis": "a", "plan": "p", "action": {"type": "click", "x": 1, "y": 2}}'
+    replies = {
+        g[0]: [good, "{not json"],
+        g[1]: ['{"action": {"x": 1}}', good],
+        g[2]: [good],
+        g[3]: ['{"action": 3}'],
+    }
+    curve = reward_curve([step(2, [g[2], g[3]]), step(1, [g[0], g[1]])], work, scores, replies)
+    assert curve.valid == [0.5, 0.5] and curve.valid_ends(1) == (0.5, 0.5)
     assert curve.steps == [1, 2]
     assert curve.overall == pytest.approx([0.25, 1.0])
     assert curve.by_task == {"click-button": [0.5, 1.0], "fill-form": [0.0, 1.0]}
@@ -103,3 +111,17 @@ def test_each_model_size_builds_and_runs_a_forward(size: str) -> None:
     assert logits.shape == (1, 5, 151_936) and torch.isfinite(logits).all()
     with pytest.raises(ValueError, match="one of tiny, small"):
         tiny_config("huge")
+
+
+def test_a_reply_carries_an_action_only_as_computer_1_reads_one() -> None:
+    from cua_stream.tasks.policies import progress, reply_action, reply_text
+
+    assert reply_action(reply_text({"type": "done", "result": "done"})) == {"type": "done", "result": "done"}
+    for broken in ("", "{", "[1]", '{"action": "click"}', '{"action": {"x": 3}}', '{"action": {"type": 3}}'):
+        assert reply_action(broken) is None, broken
+    waits = [
+        reply_text({"type": "wait", "duration": 1}),
+        reply_text({"type": "click", "x": 1, "y": 1}),
+        "junk",
+    ]
+    assert progress(waits) == 1

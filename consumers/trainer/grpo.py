@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -132,6 +132,15 @@ def advantages(
     if std_normalize and len(values) > 1:
         scale = statistics.stdev(values) + epsilon
     return {k: (v - mean) / scale for k, v in rewards.items()}
+
+
+def carries_signal(advantages: Iterable[float]) -> bool:
+    """Whether a step over episodes with these advantages has a gradient at all. With every advantage 0
+    (groups whose rewards were all equal) the loss is 0 whatever the weights: the optimizer must not
+    step, or Adam's momentum from earlier steps and its weight decay would still move the weights — a
+    sparse-reward run then drifts away from its SFT start step after step without any reward saying so
+    (measured: valid actions 58 % -> 1 % over 41 such steps)."""
+    return any(a != 0 for a in advantages)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from consumers.trainer.grpo import carries_signal
 from consumers.trainer.loss import LossConfig, policy_loss
 from consumers.trainer.packing import block_causal_mask, pack
 from consumers.trainer.torch_backend import StepStats, TrainItem
@@ -54,10 +55,16 @@ class MegatronBackend:
 
     def step(self, items: Sequence[TrainItem]) -> StepStats:
         self.optimizer.zero_grad(set_to_none=True)
-        logp, p = self.packed_logprobs(items)
-        loss, stats = policy_loss(
-            logp, p.rollout_logprobs, p.advantages, p.loss_mask, p.episodes, self.loss_config
-        )
+        signal = carries_signal(item.advantage for item in items)  # no signal, no optimizer step
+        with torch.set_grad_enabled(signal):
+            logp, p = self.packed_logprobs(items)
+            loss, stats = policy_loss(
+                logp, p.rollout_logprobs, p.advantages, p.loss_mask, p.episodes, self.loss_config
+            )
+        if not signal:
+            return StepStats(
+                loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})
+            )
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from consumers.trainer.grpo import carries_signal
 from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats, policy_loss
 from consumers.trainer.samples import Sample
@@ -99,18 +100,25 @@ class TorchBackend:
         return logits.new_zeros(ids.shape[1]).index_put((trained,), picked)
 
     def step(self, items: Sequence[TrainItem]) -> StepStats:
-        """One optimizer step over ``items`` (every sample of the step's episodes)."""
+        """One optimizer step over ``items`` (every sample of the step's episodes); none when every
+        advantage is 0 (``grpo.carries_signal``: the statistics are still measured)."""
         self.optimizer.zero_grad(set_to_none=True)
-        logprobs = torch.cat([self.token_logprobs(item.sample) for item in items])
-        rollout = torch.cat(
-            [torch.tensor(item.sample.rollout_logprobs, dtype=torch.float32) for item in items]
-        )
-        mask = torch.cat([loss_mask(item.sample) for item in items])
-        advantages = torch.cat([torch.full((len(item.sample.tokens),), item.advantage) for item in items])
-        episodes = torch.cat(
-            [torch.full((len(item.sample.tokens),), item.episode, dtype=torch.long) for item in items]
-        )
-        loss, stats = policy_loss(logprobs, rollout, advantages, mask, episodes, self.loss_config)
+        signal = carries_signal(item.advantage for item in items)
+        with torch.set_grad_enabled(signal):
+            logprobs = torch.cat([self.token_logprobs(item.sample) for item in items])
+            rollout = torch.cat(
+                [torch.tensor(item.sample.rollout_logprobs, dtype=torch.float32) for item in items]
+            )
+            mask = torch.cat([loss_mask(item.sample) for item in items])
+            advantages = torch.cat([torch.full((len(item.sample.tokens),), item.advantage) for item in items])
+            episodes = torch.cat(
+                [torch.full((len(item.sample.tokens),), item.episode, dtype=torch.long) for item in items]
+            )
+            loss, stats = policy_loss(logprobs, rollout, advantages, mask, episodes, self.loss_config)
+        if not signal:
+            return StepStats(
+                loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})
+            )
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()

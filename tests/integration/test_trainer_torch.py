@@ -111,3 +111,24 @@ def test_trainer_and_engine_agree_and_a_step_moves_the_policy_the_advantages_way
     for _ in range(6):  # and a negative advantage pushes the other way
         backend.step([TrainItem(sample, advantage=-1.0, episode=0)])
     assert trained_logprobs(backend, sample).sum() < raised.sum()
+
+
+def test_a_step_without_signal_leaves_the_weights_where_they_are(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Every advantage 0 (a group whose rewards were all equal): no optimizer step — Adam's momentum from
+    the step before would otherwise keep moving the weights."""
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    event, _ = one_turn(tiny_model_dir, blobs)
+    (sample,) = assemble([event]).samples
+    backend = TorchBackend(tiny_model_dir, blobs, lr=1e-3)
+    backend.step([TrainItem(sample, advantage=1.0, episode=0)])  # momentum
+    before = {k: v.clone() for k, v in backend.model.state_dict().items()}
+    stats = backend.step(
+        [TrainItem(sample, advantage=0.0, episode=0), TrainItem(sample, advantage=0.0, episode=1)]
+    )
+    assert stats.grad_norm == 0.0 and stats.loss.tokens == 12 and stats.loss.logprob_gap > 0
+    after = backend.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    backend.step([TrainItem(sample, advantage=1.0, episode=0)])  # and signal moves them again
+    assert not all(torch.equal(before[k], backend.model.state_dict()[k]) for k in before)

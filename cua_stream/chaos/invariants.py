@@ -114,8 +114,10 @@ def one_score_per_episode(log: RunLog) -> Check:
 
 
 def groups_decided_once(log: RunLog, *, max_in_flight: int) -> Check:
-    """Each issued group is trained once or dropped once (never both); the groups neither trained nor
-    dropped when the trainer stopped are only the last ones it issued (at most its in-flight window)."""
+    """Each issued group is trained once or dropped once (never both), and was issued whole; the groups
+    neither trained nor dropped when the trainer stopped are at most its in-flight window (any of them: a
+    group slowed by a killed producer may still be running while later ones finished); beyond it, the
+    oldest undecided ones are lost."""
     trained = Counter(g for s in log.steps for g in s.group_ids)
     dropped = Counter(d.group_id for d in log.drops)
     order: dict[str, float] = {}
@@ -127,9 +129,16 @@ def groups_decided_once(log: RunLog, *, max_in_flight: int) -> Check:
     problems += [f"{g}: trained and dropped" for g in sorted(set(trained) & set(dropped))]
     problems += [f"{g}: decided but never issued" for g in sorted((set(trained) | set(dropped)) - set(order))]
     undecided = [g for g in issued if g not in trained and g not in dropped]
-    tail = set(issued[len(issued) - max_in_flight :]) if max_in_flight else set()
-    lost = [g for g in undecided if g not in tail]
-    problems += [f"{g}: issued early, never trained nor dropped" for g in lost]
+    lost = undecided[: max(0, len(undecided) - max_in_flight)]
+    problems += [f"{g}: never trained nor dropped, beyond the in-flight window" for g in lost]
+    sizes: dict[str, int] = {}
+    indices: dict[str, set[int]] = {}
+    for w in log.work:
+        sizes[w.group_id] = w.group_size
+        indices.setdefault(w.group_id, set()).add(w.sample_index)
+    short = [g for g in issued if len(indices[g]) < sizes[g] and g not in lost]
+    problems += [f"{g}: issued {len(indices[g])} of its {sizes[g]} episodes" for g in short]
+    lost += short
     duplicated = sum(n - 1 for n in trained.values()) + len(set(trained) & set(dropped))
     return _check(
         "every group trained once or dropped with a reason",

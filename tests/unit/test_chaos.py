@@ -307,3 +307,13 @@ def test_an_exposed_service_fails_the_run_and_an_unprobed_run_says_so() -> None:
     assert problems(bad)["loopback only; admin routes need the admin key"] == (bad.exposure[0],)
     (check,) = [c for c in check_all(run, max_in_flight=2) if c.name.startswith("loopback")]
     assert check.ok and check.checked == 0  # not probed: nothing claimed
+
+
+def test_a_slow_early_group_within_the_window_is_in_flight_and_a_group_issued_short_is_lost() -> None:
+    run = a_good_run()
+    # g1 still running (a killed producer's episode) while g4 finished and trained: 2 undecided, window 2
+    slow = dataclasses.replace(run, steps=[step(1, 0, 4), step(2, 3)])
+    assert not problems(slow)
+    short = dataclasses.replace(run, work=[w for w in run.work if w.episode_id != "g5-e1"])
+    found = problems(short)["every group trained once or dropped with a reason"]
+    assert found == ("g5: issued 1 of its 2 episodes",)

@@ -121,8 +121,12 @@ def groups_decided_once(log: RunLog, *, max_in_flight: int) -> Check:
     trained = Counter(g for s in log.steps for g in s.group_ids)
     dropped = Counter(d.group_id for d in log.drops)
     order: dict[str, float] = {}
+    sizes: dict[str, int] = {}
+    indices: dict[str, set[int]] = {}
     for w in log.work:
         order[w.group_id] = min(order.get(w.group_id, w.created_at), w.created_at)
+        sizes[w.group_id] = w.group_size
+        indices.setdefault(w.group_id, set()).add(w.sample_index)
     issued = sorted(order, key=lambda g: (order[g], g))
     problems = [f"{g}: trained {n} times" for g, n in sorted(trained.items()) if n > 1]
     problems += [f"{g}: dropped {n} times" for g, n in sorted(dropped.items()) if n > 1]
@@ -131,11 +135,6 @@ def groups_decided_once(log: RunLog, *, max_in_flight: int) -> Check:
     undecided = [g for g in issued if g not in trained and g not in dropped]
     lost = undecided[: max(0, len(undecided) - max_in_flight)]
     problems += [f"{g}: never trained nor dropped, beyond the in-flight window" for g in lost]
-    sizes: dict[str, int] = {}
-    indices: dict[str, set[int]] = {}
-    for w in log.work:
-        sizes[w.group_id] = w.group_size
-        indices.setdefault(w.group_id, set()).add(w.sample_index)
     short = [g for g in issued if len(indices[g]) < sizes[g] and g not in lost]
     problems += [f"{g}: issued {len(indices[g])} of its {sizes[g]} episodes" for g in short]
     lost += short

@@ -1,6 +1,8 @@
 """The bundled tasks' pages, generated from a seed. Pure: a layout is a function of (task, seed).
 
-Every task is MiniWoB-style: the page's banner says what to do (so one static ``instruction.md`` serves
+Every task is MiniWoB-style (``click-test`` is MiniWoB's simplest: one big button, always under the
+page's centre — the task a policy's first learning curve is drawn on, its reply format and action
+sequence being all there is to learn): the page's banner says what to do (so one static ``instruction.md`` serves
 every seed, and a policy must read the screen), and the layout, labels and the goal are drawn from the
 seed (so coordinates cannot be memorized). Interactive elements have distinct saturated colors from a
 shuffled palette: they look like ordinary colored controls to a policy, and they let the scripted
@@ -16,7 +18,10 @@ import json
 import random
 from dataclasses import dataclass, field
 
-TASKS = ("click-button", "fill-form", "read-value", "follow-link", "choose-option", "sign-up")
+TASKS = (
+    "click-test",
+    "click-button", "fill-form", "read-value", "follow-link", "choose-option", "sign-up",
+)
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
     (210, 40, 40),
@@ -39,6 +44,8 @@ PAGE_W, PAGE_H = 600, 330
 """The area elements are placed in (page pixels): fits a 800x600 desktop's Chromium viewport."""
 CELL_W, CELL_H = 200, 66
 BANNER_H = 60
+BIG_W, BIG_H = 280, 100
+"""click-test's button."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,8 @@ class Element:
     color: tuple[int, int, int]
     kind: str = "button"
     """button | input | link | option | toggle | text"""
+    w: int = 160
+    h: int = 40
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,11 @@ def layout(task: str, seed: int) -> Layout:
     colors = list(PALETTE)
     rng.shuffle(colors)
     words = rng.sample(WORDS, 8)
+    if task == "click-test":
+        # jittered, but always covering the page's centre (300, 225): a fixed click can solve it
+        x, y = rng.randrange(100, 221), rng.randrange(130, 191)
+        button = Element("b0", words[0], x, y, colors[0], w=BIG_W, h=BIG_H)
+        return Layout(task, seed, f"Click the {words[0]} button.", words[0], (button,))
     if task == "click-button":
         cells = _cells(rng, 4)
         els = tuple(Element(f"b{i}", words[i], *cells[i], colors[i]) for i in range(4))
@@ -148,7 +162,7 @@ def layout(task: str, seed: int) -> Layout:
 def _style(e: Element) -> str:
     r, g, b = e.color
     return (
-        f"position:absolute;left:{e.x}px;top:{e.y}px;width:160px;height:40px;background:rgb({r},{g},{b});"
+        f"position:absolute;left:{e.x}px;top:{e.y}px;width:{e.w}px;height:{e.h}px;background:rgb({r},{g},{b});"
         "color:#fff;border:none;font:bold 16px sans-serif;"
     )
 
@@ -175,7 +189,7 @@ let choice = null, agreed = false;
 for (const b of document.querySelectorAll('button')) {
   b.addEventListener('click', () => {
     const kind = b.dataset.kind, input = document.getElementById('input');
-    if (TASK === 'click-button') report({click: b.textContent});
+    if (TASK === 'click-button' || TASK === 'click-test') report({click: b.textContent});
     else if (b.id === 'confirm') report({confirm: PAGE});
     else if (b.id === 'menu') document.querySelectorAll('[data-kind=option]').forEach(o => o.style.display = 'block');
     else if (kind === 'option') { choice = b.textContent; document.getElementById('menu').textContent = choice;

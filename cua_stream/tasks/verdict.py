@@ -20,7 +20,7 @@ def reward(lay: Layout, events: Sequence[Mapping[str, Any]], final_answer: str |
     """1.0 when the episode did what the banner asked, else 0.0."""
     if lay.task == "read-value":
         return float(final_answer is not None and final_answer.strip() == lay.answer)
-    if lay.task == "click-button":
+    if lay.task in ("click-test", "click-button"):
         first = _first(events, "click")
         return float(first is not None and first["click"] == lay.answer)
     if lay.task == "follow-link":

@@ -20,7 +20,11 @@ def reward(lay: Layout, events: Sequence[Mapping[str, Any]], final_answer: str |
     """1.0 when the episode did what the banner asked, else 0.0."""
     if lay.task == "read-value":
         return float(final_answer is not None and final_answer.strip() == lay.answer)
-    if lay.task in ("click-test", "click-button"):
+    if lay.task == "click-test":  # and then finish: the whole episode counts, not just its first act
+        first = _first(events, "click")
+        done = final_answer is not None and final_answer.strip() == "done"
+        return float(first is not None and first["click"] == lay.answer and done)
+    if lay.task == "click-button":
         first = _first(events, "click")
         return float(first is not None and first["click"] == lay.answer)
     if lay.task == "follow-link":

@@ -1,6 +1,6 @@
 """Every bundled task through a real Harbor Trial on the local desktop: the scripted oracle (acting on
 the screenshots computer-1 sends it) reaches reward 1 on each, and the do-nothing policy scores 0 on
-each; all six episodes of a policy run side by side."""
+each; all the tasks' episodes of a policy run side by side."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import pytest
 from harbor.models.task.task import Task
 
 from cua_stream.tasks import TASKS, task_dir
-from cua_stream.tasks.pages import PAGE_H, PAGE_W, layout, render
+from cua_stream.tasks.pages import BANNER_H, PAGE_H, PAGE_W, Layout, layout, render
 from cua_stream.tasks.policies import Step, find_color, oracle_action, oracle_plan, progress, reply_text
 from cua_stream.tasks.verdict import reward
 
@@ -25,13 +25,26 @@ def test_layouts_are_a_function_of_the_seed_and_vary_with_it(task: str) -> None:
 def test_elements_stay_on_the_page_and_do_not_overlap(task: str) -> None:
     for seed in range(50):
         lay = layout(task, seed)
-        boxes = [(e.x, e.y, e.x + 160, e.y + 40) for e in lay.elements if e.kind != "option"]
+        boxes = [(e.x, e.y, e.x + e.w, e.y + e.h) for e in lay.elements if e.kind != "option"]
         for x0, y0, x1, y1 in boxes:
             assert x0 >= 0 and x1 <= PAGE_W + 40 and y0 >= 0 and y1 <= PAGE_H + 120
         for i, a in enumerate(boxes):
             for b in boxes[i + 1 :]:
                 assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (task, seed, a, b)
         assert len({e.color for e in lay.elements}) == len(lay.elements)  # the oracle tells them apart
+
+
+def test_click_test_is_solved_by_a_fixed_click_and_nothing_else_is() -> None:
+    """click-test's button always covers the page's centre (what makes it the first curve's task);
+    click-button's targets do not sit still."""
+    centre = (PAGE_W // 2, BANNER_H + PAGE_H // 2)
+
+    def hit(lay: Layout) -> bool:
+        e = next(e for e in lay.elements if e.label == lay.answer)
+        return e.x <= centre[0] <= e.x + e.w and e.y <= centre[1] <= e.y + e.h
+
+    assert all(hit(layout("click-test", s)) for s in range(500))
+    assert sum(hit(layout("click-button", s)) for s in range(500)) < 100
 
 
 def test_the_page_shows_the_goal_and_every_label() -> None:
@@ -62,6 +75,11 @@ def test_verdicts_count_only_the_first_decisive_act() -> None:
     assert reward(click, [{"click": click.answer}], None) == 1.0
     assert reward(click, [{"click": other}, {"click": click.answer}], None) == 0.0
     assert reward(click, [], None) == 0.0
+    test = layout("click-test", 1)
+    assert reward(test, [{"click": test.answer}], "done\n") == 1.0
+    assert reward(test, [{"click": test.answer}], None) == 0.0  # clicked, but never said it was done
+    assert reward(test, [{"click": test.answer}], '{"analysis": "done"}') == 0.0
+    assert reward(test, [], "done") == 0.0
     form = layout("fill-form", 1)
     assert reward(form, [{"submit": form.answer + " "}], None) == 1.0
     assert reward(form, [{"submit": "x"}, {"submit": form.answer}], None) == 0.0

@@ -30,6 +30,11 @@ class LearnPlan:
     model_size: str = "tiny"
     """The base policy's size (``models.tiny.SIZES``); the real Qwen vocabulary and chat template either way."""
     tasks: tuple[str, ...] = ("click-button",)
+    """The tasks GRPO trains (and the base policy is evaluated) on."""
+    demo_tasks: tuple[str, ...] = ()
+    """The tasks demonstrated for SFT; empty: the same as ``tasks``. Demonstrations of a related task
+    (click-button for click-test) teach the format and the act, and leave GRPO the task's own reward to
+    learn from."""
     demo_seeds: int = 24
     """Oracle demonstrations per task (one layout each)."""
     eval_episodes: int = 4
@@ -51,6 +56,10 @@ class LearnPlan:
     """The oracle's replies are ~40-70 tokens."""
     window: int = 3
     """Steps averaged at each end of the curve (the goal compares the first and last ``window``)."""
+
+    @property
+    def demonstrated(self) -> tuple[str, ...]:
+        return self.demo_tasks or self.tasks
 
     def demo_layouts(self) -> list[int]:
         base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET

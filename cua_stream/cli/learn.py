@@ -38,7 +38,10 @@ def learn(
     model_size: Annotated[
         str, typer.Option(help="The base policy: tiny or small (models.tiny.SIZES).")
     ] = "tiny",
-    tasks: Annotated[str, typer.Option(help="Comma-separated bundled tasks, or 'all'.")] = "click-button",
+    tasks: Annotated[
+        str, typer.Option(help="Comma-separated bundled tasks GRPO trains on, or 'all'.")
+    ] = "click-button",
+    demo_tasks: Annotated[str, typer.Option(help="Tasks demonstrated for SFT (default: --tasks).")] = "",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
     eval_episodes: Annotated[int, typer.Option(help="Episodes per task measuring the base policy.")] = 4,
     sft_epochs: Annotated[int, typer.Option(help="SFT passes over the demonstrations.")] = 30,
@@ -68,7 +71,8 @@ def learn(
     if model_size not in SIZES:
         raise typer.BadParameter(f"one of {', '.join(SIZES)}", param_hint="--model-size")
     plan = LearnPlan(
-        seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)), demo_seeds=demos, eval_episodes=eval_episodes,
+        seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)),
+        demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
         temperature=temperature, concurrency=concurrency,
     )  # fmt: skip
@@ -95,14 +99,16 @@ def learn(
     logs = home / "logs"
     step(
         f"evaluating the base policy ({plan.eval_episodes} per task) and recording {plan.demo_seeds} oracle "
-        f"demonstrations per task through the gateway (logs in {logs})"
+        f"demonstrations per task of {', '.join(plan.demonstrated)} through the gateway (logs in {logs})"
     )
     t0 = time.monotonic()
     evaluation = instance_work(
         f"{run}-base", list(plan.tasks), plan.eval_layouts(),
         sampling={"temperature": plan.temperature, "max_new_tokens": plan.max_new_tokens}, now=time.time(),
     )  # fmt: skip
-    demonstrations = demonstration_work(f"{run}-oracle", plan.tasks, plan.demo_layouts(), now=time.time())
+    demonstrations = demonstration_work(
+        f"{run}-oracle", plan.demonstrated, plan.demo_layouts(), now=time.time()
+    )
     with teacher_stack(
         base, bus, engine_port=engine_port, gateway_port=gateway_port, policies_port=policies_port, logs=logs
     ):

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 
 TASKS = (
     "click-test",
-    "click-button", "fill-form", "read-value", "follow-link", "choose-option", "sign-up",
+    "click-button",
+    "fill-form",
+    "read-value",
+    "follow-link",
+    "choose-option",
+    "sign-up",
 )
 
 PALETTE: tuple[tuple[int, int, int], ...] = (

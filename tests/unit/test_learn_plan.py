@@ -94,6 +94,12 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency
 
 
+def test_demonstrations_cover_grpos_tasks_unless_told_otherwise() -> None:
+    assert LearnPlan(tasks=("click-test", "fill-form")).demonstrated == ("click-test", "fill-form")
+    plan = LearnPlan(tasks=("click-test",), demo_tasks=("click-button",))
+    assert plan.demonstrated == ("click-button",) and plan.trainer_settings()["tasks"] == ["click-test"]
+
+
 @pytest.mark.model
 @pytest.mark.parametrize("size", ["tiny", "small"])
 def test_each_model_size_builds_and_runs_a_forward(size: str) -> None:

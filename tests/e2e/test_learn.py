@@ -39,15 +39,15 @@ def test_learn_runs_every_phase_and_writes_its_curve(tmp_path: Path) -> None:
         subprocess.run([sys.executable, "-m", "cua_stream", "broker", "stop"], env=env, capture_output=True)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     said = " ".join(res.stdout.split())
-    assert "base policy success: click-button 0%; oracle demonstrations rewarded: click-button 100%" in said
+    assert "base policy success: click-test 0%; oracle demonstrations rewarded: click-test 100%" in said
     assert "demonstration token NLL" in said and "step 2: v2, 1 group(s), 2 episodes" in said
     assert "over 2 steps" in said and "where the time went: evaluation and demonstrations" in said
     assert "replies carrying a valid action:" in said
     (run,) = (tmp_path / "home" / "learn").iterdir()
     curve = json.loads((run / "curve.json").read_text())
-    assert curve["steps"] == [1, 2] and set(curve["by_task"]) == {"click-button"}
+    assert curve["steps"] == [1, 2] and set(curve["by_task"]) == {"click-test"}
     assert len(curve["valid_actions"]) == 2 and all(0 <= v <= 1 for v in curve["valid_actions"])
-    assert curve["base"] == {"click-button": 0.0}  # a random policy solves nothing
+    assert curve["base"] == {"click-test": 0.0}  # a random policy solves nothing
     assert set(curve["timings_s"]) >= {"SFT", "GRPO", "train_s", "total_s"}
     assert (run / "curve.png").stat().st_size > 10_000
     assert (run / "sft" / "model.safetensors").exists() and (run / "sft" / "tokenizer.json").exists()

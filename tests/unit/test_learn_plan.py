@@ -89,7 +89,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
         "trainer",
         {"run_id": "r", "model_path": str(tiny_model_dir()), **plan.trainer_settings()},
     )
-    assert (trainer.temperature, trainer.max_steps, trainer.tasks) == (0.6, 7, ["click-button"])
+    assert (trainer.temperature, trainer.max_steps, trainer.tasks) == (0.6, 7, ["click-test"])
     producer = convert(ProducerConfig, "producer", plan.producer_settings())
     assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency
 

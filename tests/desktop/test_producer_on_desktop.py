@@ -65,8 +65,19 @@ class KeySpy(TrialRunner):
         return await super().run(episode)
 
 
-def desktop_processes() -> str:
-    return subprocess.run(["pgrep", "-a", "-x", "Xvfb"], capture_output=True, text=True).stdout
+def desktop_processes(trials: Path) -> list[str]:
+    """The live desktops of the trials under ``trials``: each desktop's namespace is held by a wrapper that
+    bind-mounts its trial's directories (and everything in it, Xvfb included, dies with that wrapper).
+    Only this test's: another run's desktops on the machine are not its business."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended meanwhile
+            continue
+        if "mount --bind" in text and f"{trials}/" in text:
+            found.append(text[:200])
+    return found
 
 
 async def test_a_group_runs_with_compaction_and_its_records_agree(
@@ -108,7 +119,7 @@ async def test_a_group_runs_with_compaction_and_its_records_agree(
         assert sorted(c.seq for c in mine) == list(range(len(mine)))  # gap-free per episode
     # the small budget made computer-1 summarize: the summaries are recorded (and trained) like turns
     assert summaries and all(s.kind == CallKind.COMPACTION_SUMMARY for s in summaries)
-    assert not desktop_processes()
+    assert not desktop_processes(tmp_path / "trials")
     # each agent's session key: on no topic record, in no file of the trials (Harbor's results, logs,
     # trajectories), not even its first 12 characters
     assert len(KeySpy.keys) == len(requests)
@@ -192,10 +203,10 @@ async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     for _ in range(100):  # the lifeline ends the killed producer's desktops
-        if not desktop_processes():
+        if not desktop_processes(tmp_path / "trials"):
             break
         await anyio.sleep(0.1)
-    assert not desktop_processes()
+    assert not desktop_processes(tmp_path / "trials")
     proc = start("p2.log")
     try:
         with anyio.fail_after(400):
@@ -212,5 +223,5 @@ async def test_kill_9_of_the_producer_mid_episode_then_a_restart(
     outcomes = await events_of(bus_config, OUTCOMES, OutcomeEvent)
     assert set(Counter((o.episode_id, o.attempt) for o in outcomes).values()) == {1}
     assert {o.episode_id for o in outcomes} == {w.episode_id for w in requests}
-    assert not desktop_processes()
+    assert not desktop_processes(tmp_path / "trials")
     assert isinstance(requests[0].task, TaskRef)

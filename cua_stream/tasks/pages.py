@@ -1,12 +1,14 @@
 """The bundled tasks' pages, generated from a seed. Pure: a layout is a function of (task, seed).
 
-Every task is MiniWoB-style (``click-test`` is MiniWoB's simplest: one big button, always under the
-page's centre — the task a policy's first learning curve is drawn on, its reply format and action
-sequence being all there is to learn): the page's banner says what to do (so one static ``instruction.md`` serves
+Every task is MiniWoB-style: the page's banner says what to do (so one static ``instruction.md`` serves
 every seed, and a policy must read the screen), and the layout, labels and the goal are drawn from the
 seed (so coordinates cannot be memorized). Interactive elements have distinct saturated colors from a
 shuffled palette: they look like ordinary colored controls to a policy, and they let the scripted
 oracle find its target on the screenshot by color, the way it knows the goal (from the seed).
+
+``click-test`` is the exception that proves the loop: MiniWoB's simplest task, one big button always
+under the page's centre, so a policy needs no eyes — its reply format and action sequence (click, then
+done) are all there is to learn, and a learning curve on it shows what GRPO does on its own.
 
 The page reports what the user did to the task's server (``POST /state``); the verifier reads it back.
 """

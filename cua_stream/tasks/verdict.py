@@ -20,13 +20,12 @@ def reward(lay: Layout, events: Sequence[Mapping[str, Any]], final_answer: str |
     """1.0 when the episode did what the banner asked, else 0.0."""
     if lay.task == "read-value":
         return float(final_answer is not None and final_answer.strip() == lay.answer)
-    if lay.task == "click-test":  # and then finish: the whole episode counts, not just its first act
+    if lay.task in ("click-test", "click-button"):
         first = _first(events, "click")
-        done = final_answer is not None and final_answer.strip() == "done"
-        return float(first is not None and first["click"] == lay.answer and done)
-    if lay.task == "click-button":
-        first = _first(events, "click")
-        return float(first is not None and first["click"] == lay.answer)
+        clicked = first is not None and first["click"] == lay.answer
+        # click-test must also finish: a right click followed by garbage is not a solved episode
+        finished = lay.task != "click-test" or (final_answer is not None and final_answer.strip() == "done")
+        return float(clicked and finished)
     if lay.task == "follow-link":
         first = _first(events, "confirm")
         return float(first is not None and first["confirm"] == lay.answer)

@@ -23,6 +23,8 @@ from cua_stream.tasks.pages import Layout
 COLOR_TOLERANCE = 40
 """Per channel: screenshots are lossy WebP."""
 MIN_PIXELS = 40
+ASPECT_SLACK = 1.6
+"""How far a patch's width / height may be from its element's (edges of lossy screenshots, resizes)."""
 
 
 @dataclass(frozen=True)
@@ -53,16 +55,34 @@ def oracle_plan(lay: Layout) -> tuple[Step, ...]:
     return (click("input"), Step("type", lay.answer), click("agree"), click("submit"), *done)
 
 
-def find_color(pixels: np.ndarray, color: tuple[int, int, int]) -> tuple[int, int] | None:
-    """The 0..999 grid position of the centre of ``color``'s pixels on an RGB screenshot, or None."""
+def find_color(
+    pixels: np.ndarray, color: tuple[int, int, int], aspect: float | None = None
+) -> tuple[int, int] | None:
+    """The 0..999 grid position of the centre of ``color``'s largest patch on an RGB screenshot, or None.
+
+    With ``aspect`` (the element's width / height), a patch whose shape is not the element's is not it:
+    before the page has loaded, a desktop icon of a similar color is on screen (a dock icon once took a
+    teal menu's click, and the episode waited for its options to its turn limit)."""
     diff = np.abs(pixels[..., :3].astype(np.int16) - np.array(color, dtype=np.int16))
-    ys, xs = np.nonzero((diff <= COLOR_TOLERANCE).all(axis=-1))
+    hit = (diff <= COLOR_TOLERANCE).all(axis=-1)
+    rows = _largest_run(hit.sum(axis=1))
+    cols = _largest_run(hit[rows].sum(axis=0))
+    ys, xs = np.nonzero(hit[rows, cols])
     if len(xs) < MIN_PIXELS:
         return None
+    shape = (cols.stop - cols.start) / (rows.stop - rows.start)
+    if aspect is not None and not 1 / ASPECT_SLACK <= shape / aspect <= ASPECT_SLACK:
+        return None
     h, w = pixels.shape[:2]
-    return round(float(xs.mean()) / max(w - 1, 1) * GRID_MAX), round(
-        float(ys.mean()) / max(h - 1, 1) * GRID_MAX
-    )
+    x, y = cols.start + float(xs.mean()), rows.start + float(ys.mean())
+    return round(x / max(w - 1, 1) * GRID_MAX), round(y / max(h - 1, 1) * GRID_MAX)
+
+
+def _largest_run(counts: np.ndarray) -> slice:
+    """The run of consecutive non-zero entries of ``counts`` with the largest sum (all of it if none)."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], (counts > 0).astype(np.int8), [0]))))
+    runs = [slice(int(a), int(b)) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+    return max(runs, key=lambda r: int(counts[r].sum()), default=slice(0, len(counts)))
 
 
 def reply_action(reply: str) -> dict[str, Any] | None:
@@ -90,7 +110,8 @@ def oracle_action(lay: Layout, replies: Sequence[str], pixels: np.ndarray | None
     if step.type == "type":
         return {"type": "type", "text": step.target}
     page, _, id = step.target.partition(":")
-    where = find_color(pixels, lay.element(id, page).color) if pixels is not None else None
+    element = lay.element(id, page)
+    where = find_color(pixels, element.color, element.w / element.h) if pixels is not None else None
     if where is None:  # not on screen yet (the page is still loading): look again
         return {"type": "wait", "duration": 1}
     return {"type": "click", "x": where[0], "y": where[1]}

@@ -108,13 +108,23 @@ def test_find_color_returns_the_centre_on_the_normalized_grid() -> None:
     assert find_color(pixels, (30, 160, 60)) is None
 
 
+def test_find_color_takes_the_patch_shaped_like_the_element_not_a_desktop_icon_of_its_color() -> None:
+    teal = (20, 150, 150)
+    pixels = np.full((600, 800, 3), 240, dtype=np.uint8)
+    pixels[540:580, 400:440] = teal  # a square dock icon, on screen before the page loads
+    assert find_color(pixels, teal) is not None  # by color alone it is taken for the element
+    assert find_color(pixels, teal, aspect=160 / 40) is None  # by its shape it is not
+    pixels[300:340, 100:260] = teal  # the page's 160x40 menu
+    assert find_color(pixels, teal, aspect=160 / 40) == (224, 533)  # its centre, not the icons' mean
+
+
 def test_the_oracle_waits_until_its_target_is_on_screen_and_waits_do_not_count() -> None:
     lay = layout("click-button", 4)
     target = next(e for e in lay.elements if e.label == lay.answer)
     blank = np.full((60, 80, 3), 255, dtype=np.uint8)
     assert oracle_action(lay, [], blank)["type"] == "wait"
     shown = blank.copy()
-    shown[10:30, 10:50] = target.color
+    shown[10:20, 10:50] = target.color  # shaped like the button (160x40)
     action = oracle_action(lay, [reply_text({"type": "wait"})], shown)
     assert action["type"] == "click" and 0 <= action["x"] <= 999
     assert progress([reply_text({"type": "wait"}), reply_text(action), "not json"]) == 1

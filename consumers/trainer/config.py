@@ -43,9 +43,15 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_new_tokens: int = 512
     """Completion cap the feeder puts in each work request's sampling."""
     lr: float = 1e-5
+    passes: int = 1
+    """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
+    ratio clip bounds how far a token's probability moves from the sampler's."""
     clip_low: float = 0.2
     clip_high: float = 0.28
     tis_clip: float | None = None
+    loss_reduction: Literal["episode", "token"] = "episode"
+    """``episode``: GRPO's token mean per episode, then the mean over episodes; ``token``: DAPO's mean
+    over every trained token of the step (consumers/trainer/loss.py says when each fits)."""
     max_grad_norm: float = 1.0
     max_steps: int = 0
     """Stop after this many optimizer steps (0: run until stopped)."""
@@ -76,7 +82,14 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         if not self.model_path:
             raise ConfigError("trainer.model_path: required")
         require_model_dir("trainer.model_path", self.model_path)
-        for name in ("group_size", "groups_per_step", "min_survivors", "max_seq_len", "max_new_tokens"):
+        for name in (
+            "group_size",
+            "groups_per_step",
+            "min_survivors",
+            "max_seq_len",
+            "max_new_tokens",
+            "passes",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
         for name in ("max_staleness", "max_steps"):
@@ -98,7 +111,12 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     @property
     def loss(self) -> LossConfig:
-        return LossConfig(clip_low=self.clip_low, clip_high=self.clip_high, tis_clip=self.tis_clip)
+        return LossConfig(
+            clip_low=self.clip_low,
+            clip_high=self.clip_high,
+            tis_clip=self.tis_clip,
+            reduction=self.loss_reduction,
+        )
 
     @property
     def episodes_per_step(self) -> int:

@@ -133,6 +133,7 @@ class Trainer:
             temperature=self.config.temperature,
             lr=self.config.lr,
             max_grad_norm=self.config.max_grad_norm,
+            passes=self.config.passes,
             loss=self.config.loss,
             weights=self.dir / saved.weights if saved.weights else None,
         )

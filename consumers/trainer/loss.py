@@ -11,13 +11,20 @@ logprobs under the current weights (detached) and each token's loss is weighted 
 trainer/engine probability ratio ``min(exp(logp_trainer - logp_rollout), tis_clip)``: the correction for
 an engine whose numerics differ from the trainer's.
 
-Reduction: a token mean per episode, then the mean over episodes. An episode with many samples
-(compactions) or long replies weighs as much as any other in its step, as GRPO normalises per episode.
+Reduction (``LossConfig.reduction``):
+
+- ``episode`` (GRPO's): a token mean per episode, then the mean over episodes. An episode with many
+  samples (compactions) or long replies weighs as much as any other in its step.
+- ``token`` (DAPO's token-level loss): the mean over every trained token of the step. Each token weighs
+  the same, so the tokens a group's episodes share (the same reply prefix in the same context) cancel
+  exactly, as their advantages sum to 0; under ``episode`` a short episode's tokens weigh more than a
+  long one's, and a shared prefix is pushed by whichever side is shorter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -27,6 +34,11 @@ class LossConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     tis_clip: float | None = None
+    reduction: Literal["episode", "token"] = "episode"
+
+    def __post_init__(self) -> None:
+        if self.reduction not in ("episode", "token"):
+            raise ValueError(f"reduction: 'episode' or 'token', not {self.reduction!r}")
 
 
 @dataclass(frozen=True)
@@ -67,10 +79,13 @@ def policy_loss(
     token_sum = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, per_token * m)
     token_count = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, m)
     has_tokens = token_count > 0
-    loss = (
-        (token_sum[has_tokens] / token_count[has_tokens]).mean() if has_tokens.any() else logprobs.sum() * 0
-    )
     trained = m.sum().clamp(min=1)
+    if not has_tokens.any():
+        loss = logprobs.sum() * 0
+    elif config.reduction == "token":
+        loss = token_sum.sum() / trained
+    else:
+        loss = (token_sum[has_tokens] / token_count[has_tokens]).mean()
     with torch.no_grad():
         was_clipped = ((ratio < 1 - config.clip_low) | (ratio > 1 + config.clip_high)).to(m.dtype)
         stats = LossStats(

@@ -10,7 +10,7 @@ clipping. ``save`` writes weights the engine loads with ``/update_weights_from_d
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +58,19 @@ class TorchBackend:
         max_grad_norm: float = 1.0,
         loss: LossConfig | None = None,
         weights: str | Path | None = None,
+        passes: int = 1,
     ) -> None:
         """``model_path`` holds the processor and the starting weights; ``weights``, if given, weights
-        saved by an earlier ``save`` (a checkpoint) to start from instead."""
+        saved by an earlier ``save`` (a checkpoint) to start from instead. ``passes``: optimizer updates
+        per step on the same batch (GRPO's μ)."""
+        if passes < 1:
+            raise ValueError("passes must be >= 1")
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         self.blobs = blobs
         self.temperature = temperature
         self.max_grad_norm = max_grad_norm
+        self.passes = passes
         self.loss_config = loss or LossConfig()
         self.processor = AutoProcessor.from_pretrained(model_path)
         self.model = AutoModelForImageTextToText.from_pretrained(weights or model_path, dtype=torch.float32)
@@ -100,8 +105,19 @@ class TorchBackend:
         return logits.new_zeros(ids.shape[1]).index_put((trained,), picked)
 
     def step(self, items: Sequence[TrainItem]) -> StepStats:
-        """One optimizer step over ``items`` (every sample of the step's episodes); none when every
-        advantage is 0 (``grpo.carries_signal``: the statistics are still measured)."""
+        """``passes`` optimizer updates over ``items`` (every sample of the step's episodes); none when
+        every advantage is 0 (``grpo.carries_signal``: the statistics are still measured). After the
+        first update the trainer's logprobs move away from the rollout's and the ratio clip bounds how
+        far: the step's size is set by the clip, not only by the learning rate. The statistics are the
+        first pass's (the logprob gap is the sampler's lag), with the last pass's clip fraction."""
+        first = last = self._update(items)
+        if not carries_signal(item.advantage for item in items):
+            return first
+        for _ in range(self.passes - 1):
+            last = self._update(items)
+        return replace(first, loss=replace(first.loss, clip_fraction=last.loss.clip_fraction))
+
+    def _update(self, items: Sequence[TrainItem]) -> StepStats:
         self.optimizer.zero_grad(set_to_none=True)
         signal = carries_signal(item.advantage for item in items)
         with torch.set_grad_enabled(signal):

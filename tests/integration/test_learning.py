@@ -155,3 +155,32 @@ def test_grpo_raises_the_rewarded_action_and_a_broken_update_does_not(
     grpo_steps(backend, task, mutation)
     after = action_logprobs(backend, task)
     assert learns(before, after) == (mutation == "none"), (mutation, before, after)
+
+
+def one_step_gain(model_dir: Path, blobs: LocalBlobStore, passes: int) -> tuple[float, float]:
+    """The rewarded action's logprob gain after one GRPO step of ``passes`` updates, and the step's
+    reported clip fraction."""
+    torch.manual_seed(0)
+    task = ToyTask(model_dir, blobs)
+    backend = TorchBackend(model_dir, blobs, lr=1e-3, passes=passes)
+    before = action_logprobs(backend, task)
+    records = [task.record(i, word, before[word], 0) for i, word in enumerate(GROUP)]
+    advantages = [1.0 if word == "left" else -1.0 for word in GROUP]
+    items = [
+        TrainItem(assemble([r]).samples[0], a, i)
+        for i, (r, a) in enumerate(zip(records, advantages, strict=True))
+    ]
+    stats = backend.step(items)
+    assert stats.loss.logprob_gap < 1e-4  # the first pass is on-policy: the statistics are its own
+    return action_logprobs(backend, task)["left"] - before["left"], stats.loss.clip_fraction
+
+
+def test_more_passes_on_a_batch_move_the_policy_further_until_the_clip_holds_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    one, one_clipped = one_step_gain(tiny_model_dir, blobs, passes=1)
+    four, four_clipped = one_step_gain(tiny_model_dir, blobs, passes=4)
+    assert 0 < one < four, (one, four)
+    assert one_clipped == 0.0 < four_clipped  # by the last pass the ratios left the clip range
+    assert four < 2 * one  # ... and it held them: three more passes moved less than the first

@@ -71,3 +71,20 @@ def test_a_step_raises_the_probability_of_the_advantaged_token() -> None:
 def test_inputs_must_line_up() -> None:
     with pytest.raises(ValueError, match="same"):
         policy_loss(t(1.0), t(1.0, 2.0), t(1.0), t(1), torch.tensor([0]))
+
+
+def test_the_token_reduction_weighs_every_token_alike_so_a_shared_prefix_cancels() -> None:
+    # two episodes of one group, A = +1 and -1; token 0 of each is the same prefix token in the same context
+    logp = t(-0.5, -1.0, -0.5, -2.0, -3.0).requires_grad_()
+    episodes = torch.tensor([0, 0, 1, 1, 1])
+    args = (logp.detach(), t(1.0, 1.0, -1.0, -1.0, -1.0), t(1, 1, 1, 1, 1), episodes)
+    loss, _ = policy_loss(logp, *args, LossConfig(reduction="token"))
+    loss.backward()
+    assert logp.grad.tolist() == pytest.approx([-0.2, -0.2, 0.2, 0.2, 0.2])
+    assert logp.grad[0] + logp.grad[2] == pytest.approx(0.0)  # the shared prefix: no net push
+    logp.grad = None
+    loss, _ = policy_loss(logp, *args)  # episode means: the shorter (rewarded) episode's prefix wins
+    loss.backward()
+    assert logp.grad[0] + logp.grad[2] == pytest.approx(-0.25 + 1 / 6)
+    with pytest.raises(ValueError, match="reduction"):
+        LossConfig(reduction="sum")  # type: ignore[arg-type]

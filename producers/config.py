@@ -40,6 +40,9 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     max_input_tokens: int = 0
     """The prompt budget computer-1 compacts against; 0: the gateway's context length."""
     max_turns: int = 15
+    max_parse_errors: int | None = None
+    """End an episode after this many consecutive replies that do not parse (None: computer-1 asks again
+    until ``max_turns``)."""
     desktop_width: int = 800
     desktop_height: int = 600
     agent_timeout_s: float = 600.0
@@ -68,6 +71,8 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ConfigError("producer.concurrency: must be >= 1")
         if self.max_turns < 1:
             raise ConfigError("producer.max_turns: must be >= 1")
+        if self.max_parse_errors is not None and self.max_parse_errors < 1:
+            raise ConfigError("producer.max_parse_errors: must be >= 1 (or unset)")
         if self.max_input_tokens < 0:
             raise ConfigError("producer.max_input_tokens: must be >= 0 (0: the gateway's context length)")
         for name in ("desktop_width", "desktop_height"):

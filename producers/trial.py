@@ -67,6 +67,7 @@ class TrialRunner:
             temperature=float(work.sampling.get("temperature", 1.0)),
             model=ServedModel(name=cfg.model_name, max_input_tokens=budget),
             max_turns=cfg.max_turns,
+            max_parse_errors=cfg.max_parse_errors,
             desktop_width=cfg.desktop_width,
             desktop_height=cfg.desktop_height,
             agent_timeout_sec=cfg.agent_timeout_s,

@@ -123,6 +123,9 @@ class Computer1Params:
     desktop_width: int | None = None
     desktop_height: int | None = None
     screenshot_max_pixels: int | None = None
+    max_parse_errors: int | None = None
+    """End the episode after this many consecutive replies that do not parse (None: computer-1's retries
+    until ``max_turns``)."""
     agent_timeout_sec: float | None = None
     """Harbor's agent phase is unbounded unless this (or the task) sets a limit."""
     start_url: str | None = None
@@ -230,6 +233,8 @@ def bind_computer1(params: Computer1Params, env: Mapping[str, str]) -> Computer1
         kwargs["desktop_height"] = kwargs["window_height"] = height
     if params.screenshot_max_pixels is not None:
         kwargs["screenshot_max_pixels"] = params.screenshot_max_pixels
+    if params.max_parse_errors is not None:
+        kwargs["max_parse_errors"] = params.max_parse_errors
     if params.start_url is not None:
         kwargs["start_url"] = params.start_url
     config = AgentConfig(

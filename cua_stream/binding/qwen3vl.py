@@ -1,6 +1,6 @@
 """``Qwen3VLComputer1``: Harbor's computer-1 agent, adapted to a Qwen3-VL policy behind a session gateway.
 
-It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, and changes four things:
+It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, and changes five things:
 
 1. Coordinates: the model answers on Qwen3-VL's normalized 0..999 grid. The provider marks every parsed
    action as ``CoordinateSpace.NORMALIZED_0_999`` so Harbor's runtime maps it to desktop pixels, and the
@@ -12,6 +12,10 @@ It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, an
    (``markers``, ``session_llm``), so the gateway can tell them from agent turns; and the per-turn debug
    logs lose the session key Harbor would otherwise write there.
 4. Name: trajectories and ``agent_info`` say ``qwen3vl-computer-1``, not ``computer-1``.
+5. Parse errors (opt-in, ``max_parse_errors``): after that many consecutive replies that do not parse,
+   the episode ends (``early_termination_reason = "parse_error_limit"``) instead of asking again until
+   the turn limit; the verifier scores what was done. A small policy that derails rarely recovers, and
+   every turn after the derailment is generation time and trained tokens that carry no credit.
 
 Build it with ``AgentConfig(name=None, import_path=...)`` (see ``computer1.QWEN3VL_IMPORT_PATH``): Harbor
 builds its own registered class whenever the config names a registered agent, import path or not.
@@ -47,6 +51,17 @@ class Qwen3VLComputer1Options(Computer1Options):
         description="Pixel cap of each screenshot sent to the model (sides are multiples of 32).",
     )
 
+    max_parse_errors: int | None = Field(
+        default=None,
+        ge=1,
+        description="End the episode after this many consecutive replies that do not parse "
+        "(None: ask again until max_turns, as computer-1 does).",
+    )
+
+
+class ParseErrorLimit(Exception):
+    """The episode's consecutive parse errors reached ``max_parse_errors`` (caught by the agent loop)."""
+
 
 class Qwen3VLJsonProvider(GenericJsonProvider):
     """Harbor's strict-JSON dialect with coordinates on the normalized 0..999 grid."""
@@ -54,9 +69,16 @@ class Qwen3VLJsonProvider(GenericJsonProvider):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._prompt_template = normalized_prompt(self._prompt_template)
+        self.parse_errors = 0
+        """Consecutive replies that did not parse, up to the latest."""
 
     @override
     def parse(self, llm_response: LLMResponse) -> ModelStep:
+        step = self._parse(llm_response)
+        self.parse_errors = self.parse_errors + 1 if step.needs_retry else 0
+        return step
+
+    def _parse(self, llm_response: LLMResponse) -> ModelStep:
         step = super().parse(llm_response)
         if step.action is not None:
             problem = coordinate_problem(step.action)
@@ -102,6 +124,21 @@ class Qwen3VLComputer1(Computer1):
     @override
     def _build_provider(self) -> Qwen3VLJsonProvider:
         return Qwen3VLJsonProvider.from_agent(self)
+
+    @override
+    async def _run_loop(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super()._run_loop(*args, **kwargs)
+        except ParseErrorLimit:
+            self._early_termination_reason = "parse_error_limit"
+
+    @override
+    async def _query_litellm(self, *args: Any, **kwargs: Any) -> LLMResponse:
+        # Checked before the next call, so the last failed reply is in the trajectory like any other.
+        limit, provider = self.options.max_parse_errors, self._provider
+        if limit is not None and isinstance(provider, Qwen3VLJsonProvider) and provider.parse_errors >= limit:
+            raise ParseErrorLimit(f"{provider.parse_errors} consecutive replies did not parse")
+        return await super()._query_litellm(*args, **kwargs)
 
     @override
     async def _screenshot_ref(self, path: str) -> str:

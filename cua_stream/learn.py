@@ -50,10 +50,16 @@ class LearnPlan:
     lr: float = 3e-5
     """At 1e-4 and above a step moved the tiny policy by 1e-2 to 4e-2 nat per token (the step's logprob
     gap) and the reward fell; at 3e-5, ~1e-3 nat per token, and it rose."""
+    passes: int = 1
+    """Optimizer updates per GRPO step on its batch (GRPO's μ)."""
+    loss_reduction: str = "episode"
+    """``episode`` (GRPO) or ``token`` (DAPO): trainer.loss_reduction."""
     temperature: float = 1.0
     """GRPO's (and the evaluation's) sampling temperature: the policy's own distribution. A tiny model's
     reply is one long JSON object and an unlikely token derails it: that is what GRPO learns to avoid."""
     turns: int = 4
+    max_parse_errors: int | None = None
+    """producer.max_parse_errors: end an episode at its n-th consecutive reply that does not parse."""
     concurrency: int = 2
     max_new_tokens: int = 96
     """The oracle's replies are ~40-70 tokens."""
@@ -82,11 +88,16 @@ class LearnPlan:
             "temperature": self.temperature,
             "max_new_tokens": self.max_new_tokens,
             "lr": self.lr,
+            "passes": self.passes,
+            "loss_reduction": self.loss_reduction,
             "group_timeout_s": 900.0,
         }
 
     def producer_settings(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "max_turns": self.turns, "drain_timeout_s": 120.0}
+        settings = {"concurrency": self.concurrency, "max_turns": self.turns, "drain_timeout_s": 120.0}
+        if self.max_parse_errors is not None:
+            settings["max_parse_errors"] = self.max_parse_errors
+        return settings
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,13 @@ def learn(
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
     lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 3e-5,
+    passes: Annotated[int, typer.Option(help="Optimizer updates per GRPO step on its batch.")] = 1,
+    max_parse_errors: Annotated[
+        int, typer.Option(help="End an episode at this many consecutive unparsable replies (0: never).")
+    ] = 0,
+    loss_reduction: Annotated[
+        str, typer.Option(help="GRPO loss: 'episode' (token mean per episode) or 'token' (over all tokens).")
+    ] = "episode",
     temperature: Annotated[float, typer.Option(help="GRPO's sampling (and logprob) temperature.")] = 1.0,
     budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
@@ -75,10 +82,17 @@ def learn(
     started = time.monotonic()
     if model_size not in SIZES:
         raise typer.BadParameter(f"one of {', '.join(SIZES)}", param_hint="--model-size")
+    if loss_reduction not in ("episode", "token"):
+        raise typer.BadParameter("'episode' or 'token'", param_hint="--loss-reduction")
+    if passes < 1:
+        raise typer.BadParameter("at least 1", param_hint="--passes")
+    if max_parse_errors < 0:
+        raise typer.BadParameter("0 (never) or more", param_hint="--max-parse-errors")
     plan = LearnPlan(
         seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)),
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
+        passes=passes, loss_reduction=loss_reduction, max_parse_errors=max_parse_errors or None,
         temperature=temperature, concurrency=concurrency,
     )  # fmt: skip
     file_data = load_file(config)

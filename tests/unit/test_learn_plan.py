@@ -7,6 +7,7 @@ import zlib
 import pytest
 
 from consumers.trainer.feeder import group_id_of, work_for_group
+from cua_stream.errors import ConfigError
 from cua_stream.events import Discard, Reward, ScoreEvent, TrainStep, layout_seed
 from cua_stream.learn import SEED_SPACE, LearnPlan, reward_curve, success_by_task, window_success
 
@@ -83,13 +84,20 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     from cua_stream.demo import tiny_model_dir
     from producers.config import ProducerConfig
 
-    plan = LearnPlan(temperature=0.6, steps=7)
+    plan = LearnPlan(temperature=0.6, steps=7, passes=3)
     trainer = convert(
         TrainerConfig,
         "trainer",
         {"run_id": "r", "model_path": str(tiny_model_dir()), **plan.trainer_settings()},
     )
-    assert (trainer.temperature, trainer.max_steps, trainer.tasks) == (0.6, 7, ["click-test"])
+    assert (trainer.temperature, trainer.max_steps, trainer.tasks, trainer.passes) == (
+        0.6,
+        7,
+        ["click-test"],
+        3,
+    )
+    with pytest.raises(ConfigError, match=r"trainer\.passes: must be >= 1"):
+        convert(TrainerConfig, "trainer", {"run_id": "r", "model_path": str(tiny_model_dir()), "passes": 0})
     producer = convert(ProducerConfig, "producer", plan.producer_settings())
     assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency
 

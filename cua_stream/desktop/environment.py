@@ -128,5 +128,9 @@ class LocalDesktopEnvironment(BaseEnvironment):
         await anyio.to_thread.run_sync(shutil.copyfile, self._inside(source_path), target_path)
 
     async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
+        if self._namespace is not None and self._namespace.init_pid is None:
+            # Cancelled while starting (a producer stopping mid-start): the episode wrote no logs, and
+            # Harbor, which collects them in a ``finally``, would print this as a traceback.
+            return
         source = self._inside(source_dir)
         await anyio.to_thread.run_sync(lambda: shutil.copytree(source, target_dir, dirs_exist_ok=True))

@@ -5,6 +5,7 @@ resets the count; unset, computer-1 asks again until the limit."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -30,17 +31,16 @@ SERVED = ServedModel(name="qwen3-vl-parse-errors", max_input_tokens=32768, max_o
 
 def replies(script: list[str]) -> Any:
     """Agent turns answered from ``script`` in a cycle; the other call sites answered."""
+    turns = itertools.count()
 
     def reply(request: Request) -> tuple[int, dict[str, Any]]:
         if request.site != "agent_turn":
             return 200, completion("No answer found.")
-        turn = sum(r.site == "agent_turn" for r in server_requests[id(reply)]) - 1
-        return 200, completion(script[turn % len(script)])
+        return 200, completion(script[next(turns) % len(script)])
 
     return reply
 
 
-server_requests: dict[int, list[Request]] = {}
 GARBAGE = 'analysis": 3 "x": 4 }}'
 CLICK = json.dumps(CLICK_CENTRE)
 
@@ -57,9 +57,7 @@ CLICK = json.dumps(CLICK_CENTRE)
 def test_an_episode_ends_at_its_nth_consecutive_unparsable_reply(
     limit: int | None, script: list[str], turns: int, reason: str, tmp_path: Path
 ) -> None:
-    reply = replies(script)
-    with SessionServer(reply) as server:
-        server_requests[id(reply)] = server.requests
+    with SessionServer(replies(script)) as server:
         params = Computer1Params(
             session_url=server.url("/sessions/p/v1"),
             session_key=Secret("sk-session"),

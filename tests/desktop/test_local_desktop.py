@@ -118,6 +118,17 @@ async def test_stop_leaves_nothing_of_the_episode_on_the_host(tmp_path: Path) ->
         await env.exec("true")
 
 
+async def test_a_start_cancelled_before_the_desktop_came_up_leaves_no_logs_to_collect(tmp_path: Path) -> None:
+    env = make(tmp_path, "ep-cancelled")
+    with anyio.CancelScope() as scope:  # a producer stopping while the episode starts
+        scope.cancel()
+        await env.start(force_build=False)
+    await env.download_dir("/logs/agent", tmp_path / "collected")  # Harbor's finally: no traceback
+    assert not (tmp_path / "collected").exists()
+    with pytest.raises(Exception, match="not started"):  # anything else still says so
+        await env.exec("true")
+
+
 def test_host_dirs_under_tmp_that_the_episode_needs_stay_visible(tmp_path: Path) -> None:
     """A checkout (and its virtualenv) under /tmp: the private /tmp would hide it from the episode's task
     server and verifier; the kept directories are bound back at their paths, nothing else of /tmp is."""

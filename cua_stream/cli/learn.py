@@ -57,10 +57,10 @@ def learn(
     passes: Annotated[int, typer.Option(help="Optimizer updates per GRPO step on its batch.")] = 1,
     max_parse_errors: Annotated[
         int, typer.Option(help="End an episode at this many consecutive unparsable replies (0: never).")
-    ] = 1,
+    ] = 0,
     loss_reduction: Annotated[
         str, typer.Option(help="GRPO loss: 'episode' (token mean per episode) or 'token' (over all tokens).")
-    ] = "token",
+    ] = "episode",
     temperature: Annotated[float, typer.Option(help="GRPO's sampling (and logprob) temperature.")] = 1.0,
     budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,

@@ -4,9 +4,12 @@ while it runs, take a screenshot. The local desktop's Chromium (installed by the
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Callable
@@ -64,21 +67,39 @@ async def chromium(url: str, size: tuple[int, int] = (1280, 1700)) -> AsyncItera
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     assert exe, "the local desktop's Chromium is installed by the setup (scripts/setup.sh)"
     port = free_port()
-    with tempfile.TemporaryDirectory() as profile:
-        cmd = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-               f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
-               f"--window-size={size[0]},{size[1]}", "about:blank"]  # fmt: skip
-        proc = await anyio.open_process(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    profile = tempfile.mkdtemp(prefix="cua-chromium-")
+    cmd = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+           f"--remote-debugging-port={port}", f"--user-data-dir={profile}",
+           f"--window-size={size[0]},{size[1]}", "about:blank"]  # fmt: skip
+    proc = await anyio.open_process(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        target = await _page_target(port)
+        async with websockets.connect(target, max_size=64 * 2**20) as ws:
+            page = Page(ws)
+            await page.call("Page.enable")
+            await page.call("Page.navigate", url=url)
+            yield page
+    finally:
+        # The whole group: Chromium's renderers and helpers outlive a killed browser process for a moment
+        # and keep writing to the profile (an rmtree of it once failed with "Directory not empty").
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        await _remove(Path(profile))
+
+
+async def _remove(path: Path) -> None:
+    for _ in range(50):  # a helper the group kill reached may still be exiting
         try:
-            target = await _page_target(port)
-            async with websockets.connect(target, max_size=64 * 2**20) as ws:
-                page = Page(ws)
-                await page.call("Page.enable")
-                await page.call("Page.navigate", url=url)
-                yield page
-        finally:
-            proc.kill()
-            await proc.wait()
+            shutil.rmtree(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            await anyio.sleep(0.1)
+    shutil.rmtree(path)
 
 
 async def _page_target(port: int) -> str:

@@ -41,13 +41,14 @@ def follow_process_log_level() -> None:
 
 
 @functools.cache
-def start_url_of(path: Path) -> str | None:
-    """The page computer-1 opens first (``[metadata] start_url`` in the task's ``task.toml``), read once
-    per task directory rather than once per episode."""
+def start_page_of(path: Path) -> tuple[str | None, str | None]:
+    """The page computer-1 opens first and the command that says it is drawn (``[metadata] start_url``
+    and ``ready_probe`` in the task's ``task.toml``), read once per task directory, not per episode."""
     from harbor.models.task.task import Task
 
-    url = Task(path).config.metadata.get("start_url")
-    return url if isinstance(url, str) else None
+    meta = Task(path).config.metadata
+    url, probe = meta.get("start_url"), meta.get("ready_probe")
+    return (url if isinstance(url, str) else None), (probe if isinstance(probe, str) else None)
 
 
 class TrialRunner:
@@ -61,6 +62,7 @@ class TrialRunner:
         cfg, work = self.config, episode.work
         path = task_path(work.task)
         budget = min(cfg.max_input_tokens or episode.context_length, episode.context_length)
+        start_url, ready_probe = start_page_of(path)
         params = Computer1Params(
             session_url=episode.session_url,
             session_key=episode.session_key,
@@ -71,7 +73,8 @@ class TrialRunner:
             desktop_width=cfg.desktop_width,
             desktop_height=cfg.desktop_height,
             agent_timeout_sec=cfg.agent_timeout_s,
-            start_url=start_url_of(path),
+            start_url=start_url,
+            ready_probe=ready_probe,
         )
         return TrialConfig(
             task=TaskConfig(path=path),

@@ -130,6 +130,9 @@ class Computer1Params:
     """Harbor's agent phase is unbounded unless this (or the task) sets a limit."""
     start_url: str | None = None
     """The page computer-1 opens before its first turn (a bundled task's own server)."""
+    ready_probe: str | None = None
+    """A command the environment runs until it succeeds before the first screenshot (the task's sign
+    that ``start_url``'s page is drawn)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.session_key, Secret):
@@ -237,6 +240,8 @@ def bind_computer1(params: Computer1Params, env: Mapping[str, str]) -> Computer1
         kwargs["max_parse_errors"] = params.max_parse_errors
     if params.start_url is not None:
         kwargs["start_url"] = params.start_url
+    if params.ready_probe is not None:
+        kwargs["ready_probe"] = params.ready_probe
     config = AgentConfig(
         name=None,
         import_path=QWEN3VL_IMPORT_PATH,

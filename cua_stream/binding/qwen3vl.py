@@ -1,6 +1,6 @@
 """``Qwen3VLComputer1``: Harbor's computer-1 agent, adapted to a Qwen3-VL policy behind a session gateway.
 
-It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, and changes five things:
+It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, and changes six things:
 
 1. Coordinates: the model answers on Qwen3-VL's normalized 0..999 grid. The provider marks every parsed
    action as ``CoordinateSpace.NORMALIZED_0_999`` so Harbor's runtime maps it to desktop pixels, and the
@@ -12,7 +12,11 @@ It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, an
    (``markers``, ``session_llm``), so the gateway can tell them from agent turns; and the per-turn debug
    logs lose the session key Harbor would otherwise write there.
 4. Name: trajectories and ``agent_info`` say ``qwen3vl-computer-1``, not ``computer-1``.
-5. Parse errors (opt-in, ``max_parse_errors``): after that many consecutive replies that do not parse,
+5. Readiness (opt-in, ``ready_probe``): computer-1 takes its first screenshot right after typing
+   ``start_url`` into the address bar, often of a page still loading; the policy's first observation is
+   then a blank browser and its first turn a ``wait`` (an oracle recorded 4 to 12 such turns in 24
+   demonstrations). The task's probe is polled first, so every episode starts on the drawn page.
+6. Parse errors (opt-in, ``max_parse_errors``): after that many consecutive replies that do not parse,
    the episode ends (``early_termination_reason = "parse_error_limit"``) instead of asking again until
    the turn limit; the verifier scores what was done. A small policy that derails rarely recovers, and
    every turn after the derailment is generation time and trained tokens that carry no credit.
@@ -23,6 +27,7 @@ builds its own registered class whenever the config names a registered agent, im
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Any, override
 
 import anyio.to_thread
@@ -40,6 +45,7 @@ from cua_stream.binding.session_llm import SessionLLM
 from cua_stream.events import CallKind
 
 AGENT_NAME = "qwen3vl-computer-1"
+PROBE_INTERVAL_S = 0.1
 
 
 class Qwen3VLComputer1Options(Computer1Options):
@@ -56,6 +62,18 @@ class Qwen3VLComputer1Options(Computer1Options):
         ge=1,
         description="End the episode after this many consecutive replies that do not parse "
         "(None: ask again until max_turns, as computer-1 does).",
+    )
+
+    ready_probe: str | None = Field(
+        default=None,
+        description="A shell command run in the environment after start_url's navigation until it exits 0, "
+        "before the first screenshot (the task's own sign that its page is drawn).",
+    )
+
+    ready_timeout_sec: float = Field(
+        default=30.0,
+        gt=0,
+        description="How long ready_probe may keep failing; then the first screenshot is taken anyway.",
     )
 
 
@@ -106,6 +124,7 @@ class Qwen3VLComputer1(Computer1):
         # Every LLM request of this agent goes through the session view (agent loop, fallback, and the
         # compactor, which is rebuilt around it with the same wiring Computer1.__init__ gave the stock one).
         self._llm = SessionLLM(self._llm)
+        self._probed = False
         self._compactor = MarkingCompactor(
             self._llm,  # type: ignore[arg-type]  # duck-typed LiteLLM
             self._model_name,
@@ -139,6 +158,34 @@ class Qwen3VLComputer1(Computer1):
         if limit is not None and isinstance(provider, Qwen3VLJsonProvider) and provider.parse_errors >= limit:
             raise ParseErrorLimit(f"{provider.parse_errors} consecutive replies did not parse")
         return await super()._query_litellm(*args, **kwargs)
+
+    @override
+    async def _capture_screenshot(self, env_path: PurePosixPath | str) -> str:
+        if not self._probed:  # the first capture is the initial observation, taken after start_url
+            self._probed = True
+            await self._wait_until_ready()
+        return await super()._capture_screenshot(env_path)
+
+    async def _wait_until_ready(self) -> None:
+        probe, session = self.options.ready_probe, self._session
+        if probe is None or session is None:
+            return
+        started = anyio.current_time()
+        deadline = started + self.options.ready_timeout_sec
+        while True:
+            result = await session.environment.exec(
+                probe, timeout_sec=10, user=session.environment.default_user
+            )
+            if result.return_code == 0:
+                self.logger.debug("ready_probe passed after %.1fs", anyio.current_time() - started)
+                return
+            if anyio.current_time() >= deadline:
+                self.logger.warning(
+                    "ready_probe still failing after %ss (exit %s): taking the first screenshot anyway",
+                    self.options.ready_timeout_sec, result.return_code,
+                )  # fmt: skip
+                return
+            await anyio.sleep(PROBE_INTERVAL_S)
 
     @override
     async def _screenshot_ref(self, path: str) -> str:

@@ -192,6 +192,8 @@ _SCRIPT = """
 function report(ev) {
   fetch('/state', {method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(ev)});
 }
+// after the first frame is drawn (the next animation frame comes after a paint): the ready probe's signal
+requestAnimationFrame(() => requestAnimationFrame(() => fetch('/painted', {method: 'POST'})));
 let choice = null, agreed = false;
 for (const b of document.querySelectorAll('button')) {
   b.addEventListener('click', () => {

@@ -1,7 +1,10 @@
 """The task's web server, started inside the episode's namespace (``environment/start.sh``).
 
 Serves the seed's pages and keeps what the page reports (``POST /state``) for the verifier
-(``GET /state``). Standard library only: it runs on the episode's loopback, one per episode.
+(``GET /state``). ``GET /painted`` answers 200 once a page has been drawn (the page posts to it after
+its first frame), 503 before: the task's ``ready_probe``, so the agent's first screenshot shows the page
+rather than the browser mid-navigation. Standard library only: it runs on the episode's loopback, one
+per episode.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class TaskState:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.events: list[dict[str, Any]] = []
+        self.painted = threading.Event()
 
     def add(self, event: dict[str, Any]) -> None:
         with self._lock:
@@ -47,6 +51,9 @@ def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path == "/state":
                 self._send(200, json.dumps({"events": state.snapshot()}).encode(), "application/json")
+            elif self.path == "/painted":
+                ready = state.painted.is_set()
+                self._send(200 if ready else 503, b"painted" if ready else b"not yet", "text/plain")
             elif self.path == "/":
                 self._send(200, render(lay).encode(), "text/html; charset=utf-8")
             elif self.path.startswith("/page/") and unquote(self.path[6:]) in lay.subpages:
@@ -56,6 +63,10 @@ def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
+            if self.path == "/painted":
+                state.painted.set()
+                self._send(204, b"", "text/plain")
+                return
             if self.path != "/state" or not 0 < length <= MAX_BODY:
                 self._send(400, b"bad request", "text/plain")
                 return

@@ -1,9 +1,11 @@
 """Every bundled task through a real Harbor Trial on the local desktop: the scripted oracle (acting on
-the screenshots computer-1 sends it) reaches reward 1 on each, and the do-nothing policy scores 0 on
+the screenshots computer-1 sends it) reaches reward 1 on each, acting on its first turn (the page is
+drawn by then), and the do-nothing policy scores 0 on
 each; all the tasks' episodes of a policy run side by side."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -74,7 +76,17 @@ async def test_the_oracle_solves_every_bundled_task(tmp_path: Path) -> None:
         assert o.rewards == {"reward": 1.0}, task
         assert o.early_termination_reason == "task_complete"
         assert classify(o)[1].value == 1.0  # type: ignore[union-attr]
+        # the task's ready probe held the first screenshot until the page was drawn: the oracle, which
+        # waits whenever its element is not on screen, acted on its first turn
+        assert first_action(tmp_path / "trials" / f"{task}-oracle.1") != "wait", task
     assert set(outcomes) == set(TASKS)
+
+
+def first_action(trial: Path) -> str:
+    """The type of the policy's first action (after computer-1's own start_url navigation)."""
+    steps = json.loads((trial / "agent" / "trajectory.json").read_text())["steps"]
+    calls = [c for s in steps if s["source"] == "agent" for c in s.get("tool_calls") or []]
+    return next(c["arguments"]["type"] for c in calls if c["tool_call_id"] != "call_start_url_navigation")
 
 
 async def test_doing_nothing_scores_zero_on_every_bundled_task(tmp_path: Path) -> None:

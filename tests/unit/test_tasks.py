@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
+from http.server import ThreadingHTTPServer
 
+import httpx
 import numpy as np
 import pytest
 from harbor.models.task.task import Task
@@ -11,6 +14,7 @@ from harbor.models.task.task import Task
 from cua_stream.tasks import TASKS, task_dir
 from cua_stream.tasks.pages import BANNER_H, PAGE_H, PAGE_W, Layout, layout, render
 from cua_stream.tasks.policies import Step, find_color, oracle_action, oracle_plan, progress, reply_text
+from cua_stream.tasks.server import TaskState, handler
 from cua_stream.tasks.verdict import reward
 
 
@@ -59,8 +63,26 @@ def test_the_page_shows_the_goal_and_every_label() -> None:
 def test_every_bundled_task_is_a_harbor_task_with_a_start_url(task: str) -> None:
     loaded = Task(task_dir(task))
     assert loaded.config.metadata["start_url"] == "http://127.0.0.1:8000/"
+    assert loaded.config.metadata["ready_probe"].endswith(" http://127.0.0.1:8000/painted")
     assert (task_dir(task) / "tests" / "test.sh").stat().st_mode & 0o111
     assert f"--task {task} " in (task_dir(task) / "environment" / "start.sh").read_text()
+
+
+def test_the_ready_probe_fails_until_the_page_reports_its_first_frame() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler(layout("click-test", 3), TaskState()))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert "requestAnimationFrame" in httpx.get(url + "/").text  # the page posts after a frame
+        assert httpx.get(url + "/painted").status_code == 503
+        assert httpx.post(url + "/painted").status_code == 204
+        assert httpx.get(url + "/painted").status_code == 200
+        assert httpx.get(url + "/state").json() == {
+            "events": []
+        }  # the verifier's events stay the page's acts
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_unknown_tasks_are_refused_by_name() -> None:

@@ -34,6 +34,11 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """Where the fine-tuned model (weights and processor: an engine starts from it) goes; empty:
     ``<state dir>/sft/<first run id>``."""
     epochs: int = 8
+    """Passes over the demonstrations; with ``target_nll``, the most."""
+    target_nll: float | None = None
+    """Stop at the end of the first epoch after which the demonstrations' mean token NLL is at or below
+    this: a warm start measured by where it leaves the policy, not by how long it trained (the same
+    epoch count leaves a different NLL on another set of demonstrations)."""
     batch_size: int = 4
     """Samples per optimizer step."""
     lr: float = 1e-4
@@ -56,6 +61,8 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
                 raise ConfigError(f"sft.{name}: must be >= 1")
         if self.lr <= 0 or self.temperature <= 0:
             raise ConfigError("sft.lr and sft.temperature: must be > 0")
+        if self.target_nll is not None and self.target_nll <= 0:
+            raise ConfigError("sft.target_nll: must be > 0 (or unset: train all the epochs)")
 
     @property
     def out(self) -> Path:
@@ -104,6 +111,14 @@ def demonstrations(
         episodes += 1
         samples.extend(assemble(mine, max_seq_len=max_seq_len).samples)
     return Demonstrations(tuple(samples), episodes, rejected)
+
+
+def worth_measuring(epoch_loss: float, target_nll: float | None) -> bool:
+    """Whether to measure the demonstrations' NLL after an epoch whose mean training loss was
+    ``epoch_loss``: a forward pass over them costs a third of an epoch, and the running loss (taken
+    while the weights still improved) has stayed above the end-of-epoch NLL, so far above the target the
+    measure cannot reach it."""
+    return target_nll is not None and epoch_loss <= 2 * target_nll
 
 
 def batches(n: int, batch_size: int, epoch: int, seed: int) -> list[list[int]]:

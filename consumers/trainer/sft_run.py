@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from consumers.trainer.sft import Demonstrations, SftConfig, batches, demonstrations
+from consumers.trainer.sft import Demonstrations, SftConfig, batches, demonstrations, worth_measuring
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.reader import scan
 from cua_stream.events import CallRecord, ScoreEvent
@@ -24,6 +24,8 @@ class EpochStats:
     """Mean of the epoch's step losses (mean negative logprob of a demonstration token)."""
     tokens: int
     seconds: float
+    nll: float | None = None
+    """The demonstrations' mean token NLL after the epoch, when it was measured (``target_nll``)."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,8 @@ class SftResult:
     nll_before: float
     nll_after: float
     epochs: list[EpochStats]
+    reached_target: bool = False
+    """``target_nll`` ended the training before the last epoch (or at it)."""
 
 
 async def read_demonstrations(config: SftConfig) -> Demonstrations:
@@ -54,8 +58,8 @@ async def read_demonstrations(config: SftConfig) -> Demonstrations:
 def train(
     config: SftConfig, demos: Demonstrations, on_epoch: Callable[[EpochStats], None] = lambda _: None
 ) -> SftResult:
-    """``config.epochs`` passes over the demonstrations; the model (with its processor) saved to
-    ``config.out``."""
+    """``config.epochs`` passes over the demonstrations, or fewer when ``config.target_nll`` is reached;
+    the model (with its processor) saved to ``config.out``."""
     import torch
 
     from consumers.trainer.torch_backend import TorchBackend
@@ -78,9 +82,14 @@ def train(
             loss, n, _ = backend.sft_step([samples[i] for i in batch])
             losses.append(loss)
             tokens += n
-        stats = EpochStats(epoch, sum(losses) / len(losses), tokens, time.perf_counter() - started)
+        loss = sum(losses) / len(losses)
+        nll = backend.nll(samples) if worth_measuring(loss, config.target_nll) else None
+        stats = EpochStats(epoch, loss, tokens, time.perf_counter() - started, nll)
         epochs.append(stats)
         on_epoch(stats)
-    after = backend.nll(samples)
+        if nll is not None and config.target_nll is not None and nll <= config.target_nll:
+            break
+    after = epochs[-1].nll if epochs and epochs[-1].nll is not None else backend.nll(samples)
+    reached = config.target_nll is not None and after <= config.target_nll
     out = backend.save(config.out, processor=True)
-    return SftResult(out, len(samples), demos.episodes, before, after, epochs)
+    return SftResult(out, len(samples), demos.episodes, before, after, epochs, reached)

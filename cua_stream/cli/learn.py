@@ -49,7 +49,11 @@ def learn(
     demo_tasks: Annotated[str, typer.Option(help="Tasks demonstrated for SFT (default: --tasks).")] = "",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
     eval_episodes: Annotated[int, typer.Option(help="Episodes per task measuring the base policy.")] = 4,
-    sft_epochs: Annotated[int, typer.Option(help="SFT passes over the demonstrations.")] = 20,
+    sft_epochs: Annotated[int, typer.Option(help="The most SFT passes over the demonstrations.")] = 30,
+    sft_target_nll: Annotated[
+        float,
+        typer.Option(help="End SFT once the demonstrations' mean token NLL is this low (0: all epochs)."),
+    ] = 0.11,
     steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
@@ -86,12 +90,14 @@ def learn(
         raise typer.BadParameter("'episode' or 'token'", param_hint="--loss-reduction")
     if passes < 1:
         raise typer.BadParameter("at least 1", param_hint="--passes")
+    if sft_target_nll < 0:
+        raise typer.BadParameter("0 (all the epochs) or more", param_hint="--sft-target-nll")
     if max_parse_errors < 0:
         raise typer.BadParameter("0 (never) or more", param_hint="--max-parse-errors")
     plan = LearnPlan(
         seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)),
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
-        sft_epochs=sft_epochs, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
+        sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
         passes=passes, loss_reduction=loss_reduction, max_parse_errors=max_parse_errors or None,
         temperature=temperature, concurrency=concurrency,
     )  # fmt: skip
@@ -137,7 +143,8 @@ def learn(
     recorded = success_by_task(demonstrations, scores)
     out.print(f"    base policy success: {_pct(before)}; oracle demonstrations rewarded: {_pct(recorded)}")
 
-    step(f"SFT: {plan.sft_epochs} epochs on the rewarded demonstrations")
+    until = f"until their token NLL is {plan.sft_target_nll:g}, at most " if plan.sft_target_nll else ""
+    step(f"SFT on the rewarded demonstrations, {until}{plan.sft_epochs} epochs")
     t0 = time.monotonic()
     sft_model = _sft(plan, bus, base, home, f"{run}-oracle")
     timings["SFT"] = time.monotonic() - t0
@@ -170,7 +177,7 @@ def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str)
 
     config = SftConfig(
         run_ids=[demo_run], model_path=str(base), out_dir=str(home / "sft"), epochs=plan.sft_epochs,
-        lr=plan.sft_lr, seed=plan.seed, bus=bus,
+        target_nll=plan.sft_target_nll, lr=plan.sft_lr, seed=plan.seed, bus=bus,
     )  # fmt: skip
     demos = anyio.run(read_demonstrations, config)
     if not demos.samples:
@@ -179,9 +186,16 @@ def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str)
     result = train(
         config,
         demos,
-        on_epoch=lambda e: out.print(f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"),
+        on_epoch=lambda e: out.print(
+            f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"
+            + ("" if e.nll is None else f", NLL after it {e.nll:.3f}")
+        ),
     )
-    out.print(f"    demonstration token NLL {result.nll_before:.2f} -> {result.nll_after:.2f}")
+    ended = "the target reached" if result.reached_target else "the last epoch"
+    out.print(
+        f"    demonstration token NLL {result.nll_before:.2f} -> {result.nll_after:.3f} after "
+        f"{len(result.epochs)} epochs ({ended})"
+    )
     return result.out
 
 

@@ -20,6 +20,9 @@ def sft(
     model_path: Annotated[Path, typer.Option(help="The starting weights and the processor.")],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Where the fine-tuned model goes.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Passes over the demonstrations (default 8).")] = None,
+    target_nll: Annotated[
+        float | None, typer.Option(help="Stop once the demonstrations' mean token NLL is at most this.")
+    ] = None,
     batch_size: Annotated[int | None, typer.Option(help="Samples per optimizer step (default 4).")] = None,
     lr: Annotated[float | None, typer.Option(help="Learning rate (default 1e-4).")] = None,
     blob_dir: Annotated[str | None, typer.Option(help="The gateway's screenshot blob store.")] = None,
@@ -46,6 +49,7 @@ def sft(
             "model_path": str(model_path),
             "out_dir": str(out_dir) if out_dir else None,
             "epochs": epochs,
+            "target_nll": target_nll,
             "batch_size": batch_size,
             "lr": lr,
             "blob_dir": blob_dir,
@@ -66,8 +70,15 @@ def sft(
         demos,
         on_epoch=lambda e: out.print(
             f"    epoch {e.epoch}/{cfg.epochs}: loss {e.loss:.3f} over {e.tokens} tokens ({e.seconds:.1f} s)"
+            + ("" if e.nll is None else f"; NLL after it {e.nll:.3f}")
         ),
     )
+    if result.reached_target:
+        out.print(f"stopped at epoch {len(result.epochs)}: the NLL reached the target {cfg.target_nll:g}")
+    elif cfg.target_nll is not None:
+        out.print(
+            f"[yellow]the NLL did not reach the target {cfg.target_nll:g} in {cfg.epochs} epochs[/yellow]"
+        )
     out.print(
         f"mean NLL of a demonstration token: {result.nll_before:.3f} -> {result.nll_after:.3f}; "
         f"model saved to {result.out}"

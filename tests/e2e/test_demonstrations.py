@@ -70,6 +70,18 @@ def test_oracle_demonstrations_are_recorded_through_the_gateway_and_train_the_po
         assert "demonstrations: 2 episode(s), 2 sample(s); left out: none" in sft.stdout
         before, after = map(float, re.search(r"token: ([\d.]+) -> ([\d.]+)", sft.stdout).groups())  # type: ignore[union-attr]
         assert after < before - 1.0, sft.stdout
+        # a measured end: the same seeded training stops at the first epoch whose NLL is at the target
+        target = (before + after) / 2
+        early = cli(
+            "sft", "--run-id", "demos", "--model-path", str(tiny_model_dir()), "--out", str(tmp_path / "early"),
+            "--epochs", "10", "--target-nll", f"{target:.3f}", "--lr", "1e-3", "--bootstrap", f"127.0.0.1:{port}",
+            env=env,
+        )  # fmt: skip
+        assert early.returncode == 0, early.stdout[-3000:] + early.stderr[-3000:]
+        stopped = int(re.search(r"stopped at epoch (\d+): the NLL reached the target", early.stdout).group(1))  # type: ignore[union-attr]
+        assert 1 <= stopped <= 3 and f"epoch {stopped + 1}/10" not in early.stdout, early.stdout
+        final = float(re.search(r"token: [\d.]+ -> ([\d.]+)", early.stdout).group(1))  # type: ignore[union-attr]
+        assert final <= target, early.stdout
 
         engine = f"http://127.0.0.1:{free_port()}"
         with child(

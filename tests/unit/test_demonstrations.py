@@ -9,7 +9,7 @@ import torch
 
 from consumers.trainer.feeder import instance_work
 from consumers.trainer.samples import assemble
-from consumers.trainer.sft import SftConfig, batches, demonstrations, sft_loss
+from consumers.trainer.sft import SftConfig, batches, demonstrations, sft_loss, worth_measuring
 from cua_stream.config import ConfigError, convert
 from cua_stream.errors import EngineProtocolError
 from cua_stream.events import Discard, Reward, ScoreEvent, TurnEvent, layout_seed
@@ -87,6 +87,13 @@ def test_sft_config_errors_name_the_field(tmp_path: object) -> None:
         convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": model, "epochs": 0})
     with pytest.raises(ConfigError, match="sft.model_path"):
         convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": "/nowhere"})
+    with pytest.raises(ConfigError, match="sft.target_nll"):
+        convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": model, "target_nll": 0})
+
+
+def test_the_nll_is_measured_only_once_the_running_loss_is_near_the_target() -> None:
+    assert not worth_measuring(0.5, None)
+    assert not worth_measuring(0.21, 0.1) and worth_measuring(0.2, 0.1) and worth_measuring(0.05, 0.1)
 
 
 @pytest.mark.parametrize("teacher", ["../admin", "/oracle", "oracle//x", "oracle/../../x", "a b", ""])

@@ -139,3 +139,21 @@ def test_a_reply_carries_an_action_only_as_computer_1_reads_one() -> None:
         "junk",
     ]
     assert progress(waits) == 1
+
+
+def test_the_commands_defaults_are_the_plans() -> None:
+    import inspect
+
+    from cua_stream.cli.learn import learn
+
+    plan = LearnPlan()
+    renamed = {"demos": "demo_seeds", "eval_episodes": "eval_episodes"}
+    checked = 0
+    for name, param in inspect.signature(learn).parameters.items():
+        field = renamed.get(name, name)
+        if not hasattr(plan, field) or field in ("seed", "tasks", "demo_tasks"):
+            continue  # ports, budget, config; the seed; tasks are parsed from text
+        default, planned = param.default, getattr(plan, field)
+        assert default == planned or (default == 0 and planned is None), name  # 0 on the command line: off
+        checked += 1
+    assert checked >= 14

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
 from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, require_model_dir, state_dir
@@ -42,6 +43,16 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The training temperature (the sessions sample with it; logprobs are taken at it)."""
     max_new_tokens: int = 512
     """Completion cap the feeder puts in each work request's sampling."""
+    top_k: int = -1
+    """Sample from the ``top_k`` likeliest tokens only (SGLang's ``top_k``; -1: off), put in each work
+    request's sampling. Logprobs stay the unfiltered distribution's on both sides, engine and trainer
+    (SGLang's default, as in Miles' ``rollout_top_k``): the ratio compares like with like, and the tokens
+    cut are ones the policy is never asked about."""
+    top_p: float = 1.0
+    """Nucleus sampling (SGLang's ``top_p``; 1: off), like ``top_k``."""
+    min_p: float = 0.0
+    """Drop tokens less likely than ``min_p`` times the likeliest (SGLang's ``min_p``; 0: off), like
+    ``top_k``."""
     lr: float = 1e-5
     passes: int = 1
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
@@ -95,6 +106,12 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         for name in ("max_staleness", "max_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"trainer.{name}: must be >= 0")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ConfigError(f"trainer.top_k: -1 (off) or >= 1, not {self.top_k}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"trainer.top_p: in (0, 1], not {self.top_p}")
+        if not 0 <= self.min_p < 1:
+            raise ConfigError(f"trainer.min_p: in [0, 1), not {self.min_p}")
         if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:
             raise ConfigError("trainer.lr, trainer.temperature and trainer.group_timeout_s: must be > 0")
 
@@ -116,6 +133,13 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             clip_high=self.clip_high,
             tis_clip=self.tis_clip,
             reduction=self.loss_reduction,
+        )
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The sampling parameters of the run's work."""
+        return sampling_of(
+            self.temperature, self.max_new_tokens, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p
         )
 
     @property

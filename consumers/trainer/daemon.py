@@ -273,7 +273,7 @@ class Trainer:
         # the feeder's groups still open in the join (bounded by max_in_flight; not a scan of every
         # group the run ever issued, on every poll)
         undecided = sum(1 for group_id in join.groups if index_of(cfg.run_id, group_id) is not None)
-        sampling = {"temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens}
+        sampling = cfg.sampling
         while undecided < cfg.max_in_flight:
             for work in work_for_group(
                 cfg.run_id,

@@ -26,6 +26,20 @@ def index_of(run_id: str, group_id: str) -> int | None:
     return int(tail) if group_id.startswith(prefix) and tail.isdigit() else None
 
 
+def sampling_of(
+    temperature: float, max_new_tokens: int, *, top_k: int = -1, top_p: float = 1.0, min_p: float = 0.0
+) -> dict[str, Any]:
+    """A work request's sampling parameters in SGLang's names; the filters only when on (-1, 1, 0: off)."""
+    out: dict[str, Any] = {"temperature": temperature, "max_new_tokens": max_new_tokens}
+    if top_k != -1:
+        out["top_k"] = top_k
+    if top_p != 1.0:
+        out["top_p"] = top_p
+    if min_p != 0.0:
+        out["min_p"] = min_p
+    return out
+
+
 def work_for_group(
     run_id: str,
     index: int,

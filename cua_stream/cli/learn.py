@@ -53,7 +53,7 @@ def learn(
     sft_target_nll: Annotated[
         float,
         typer.Option(help="End SFT once the demonstrations' mean token NLL is this low (0: all epochs)."),
-    ] = 0.08,
+    ] = 0.16,
     steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
@@ -66,6 +66,12 @@ def learn(
         str, typer.Option(help="GRPO loss: 'episode' (token mean per episode) or 'token' (over all tokens).")
     ] = "episode",
     temperature: Annotated[float, typer.Option(help="GRPO's sampling (and logprob) temperature.")] = 1.0,
+    top_k: Annotated[
+        int, typer.Option(help="GRPO samples from the top_k likeliest tokens (-1: all); logprobs unfiltered.")
+    ] = -1,
+    min_p: Annotated[
+        float, typer.Option(help="GRPO drops tokens below min_p x the likeliest's probability (0: none).")
+    ] = 0.1,
     budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
     engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
@@ -77,7 +83,7 @@ def learn(
     scorer and trainer; prints the curve and per-task success, writes <home>/learn/<run>/curve.png."""
     from transformers.utils import logging as transformers_logging
 
-    from consumers.trainer.feeder import demonstration_work, instance_work
+    from consumers.trainer.feeder import demonstration_work, instance_work, sampling_of
     from cua_stream.desktop.doctor import require_desktop
     from cua_stream.learn import LearnPlan, success_by_task
     from cua_stream.models.tiny import SIZES, make_tiny_model
@@ -92,6 +98,10 @@ def learn(
         raise typer.BadParameter("at least 1", param_hint="--passes")
     if sft_target_nll < 0:
         raise typer.BadParameter("0 (all the epochs) or more", param_hint="--sft-target-nll")
+    if top_k == 0 or top_k < -1:
+        raise typer.BadParameter("-1 (all tokens) or at least 1", param_hint="--top-k")
+    if not 0 <= min_p < 1:
+        raise typer.BadParameter("in [0, 1)", param_hint="--min-p")
     if max_parse_errors < 0:
         raise typer.BadParameter("0 (never) or more", param_hint="--max-parse-errors")
     plan = LearnPlan(
@@ -99,7 +109,7 @@ def learn(
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
         passes=passes, loss_reduction=loss_reduction, max_parse_errors=max_parse_errors or None,
-        temperature=temperature, concurrency=concurrency,
+        temperature=temperature, top_k=top_k, min_p=min_p, concurrency=concurrency,
     )  # fmt: skip
     file_data = load_file(config)
     run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
@@ -129,7 +139,8 @@ def learn(
     t0 = time.monotonic()
     evaluation = instance_work(
         f"{run}-base", list(plan.tasks), plan.eval_layouts(),
-        sampling={"temperature": plan.temperature, "max_new_tokens": plan.max_new_tokens}, now=time.time(),
+        sampling=sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p),
+        now=time.time(),
     )  # fmt: skip
     demonstrations = demonstration_work(
         f"{run}-oracle", plan.demonstrated, plan.demo_layouts(), now=time.time()

@@ -62,3 +62,33 @@ async def test_a_group_cut_short_by_a_crash_is_completed_on_restart_and_nothing_
         (f"{RUN}-g000000", "t", 0, 12.5, 3)
     }
     assert sorted(w.sample_index for w in work) == [0, 1, 2]  # and group 1 waits: one group in flight
+
+
+async def test_the_work_a_trainer_issues_samples_with_its_filters(
+    bus_config: BusConfig, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    run = "feed-filters"
+    config = TrainerConfig(
+        run_id=run, model_path=str(tiny_model_dir), tasks=["t"], group_size=2, groups_per_step=1,
+        max_staleness=0, temperature=0.7, max_new_tokens=64, top_k=20, min_p=0.05,
+        checkpoint_dir=str(tmp_path / "ckpt"), blob_dir=str(tmp_path / "blobs"), bus=bus_config,
+    )  # fmt: skip
+    stop = anyio.Event()
+
+    async def issued() -> list:
+        return [d.event async for d in scan(bus_config, WORK) if d.event.run_id == run]
+
+    async def both() -> bool:
+        return len(await issued()) >= 2
+
+    async def until_issued() -> None:
+        await wait_until(both, poll_s=0.2)
+        stop.set()
+
+    with anyio.fail_after(180):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(until_issued)
+            await Trainer(config).run(stop=stop)
+    assert [w.sampling for w in await issued()] == [
+        {"temperature": 0.7, "max_new_tokens": 64, "top_k": 20, "min_p": 0.05}
+    ] * 2

@@ -84,7 +84,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     from cua_stream.demo import tiny_model_dir
     from producers.config import ProducerConfig
 
-    plan = LearnPlan(temperature=0.6, steps=7, passes=3)
+    plan = LearnPlan(temperature=0.6, steps=7, passes=3, top_k=20)
     trainer = convert(
         TrainerConfig,
         "trainer",
@@ -96,8 +96,31 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
         ["click-test"],
         3,
     )
-    with pytest.raises(ConfigError, match=r"trainer\.passes: must be >= 1"):
-        convert(TrainerConfig, "trainer", {"run_id": "r", "model_path": str(tiny_model_dir()), "passes": 0})
+    # the run's work samples as the plan says (the filter named only when on)
+    work = work_for_group(
+        "r", 0, tasks=["click-test"], group_size=2, policy_version=0, sampling=trainer.sampling, now=0
+    )
+    assert work[0].sampling == {
+        "temperature": 0.6,
+        "max_new_tokens": plan.max_new_tokens,
+        "top_k": 20,
+        "min_p": 0.1,
+    }
+    assert (
+        "top_k"
+        not in convert(
+            TrainerConfig, "trainer", {"run_id": "r", "model_path": str(tiny_model_dir())}
+        ).sampling
+    )
+    for field, value, message in [
+        ("passes", 0, r"trainer\.passes: must be >= 1"),
+        ("top_k", 0, r"trainer\.top_k: -1 \(off\) or >= 1, not 0"),
+        ("top_p", 0.0, r"trainer\.top_p: in \(0, 1\], not 0\.0"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            convert(
+                TrainerConfig, "trainer", {"run_id": "r", "model_path": str(tiny_model_dir()), field: value}
+            )
     producer = convert(ProducerConfig, "producer", plan.producer_settings())
     assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency
 

@@ -53,7 +53,7 @@ def learn(
     sft_target_nll: Annotated[
         float,
         typer.Option(help="End SFT once the demonstrations' mean token NLL is this low (0: all epochs)."),
-    ] = 0.16,
+    ] = 0.2,
     steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,

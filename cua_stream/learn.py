@@ -43,9 +43,9 @@ class LearnPlan:
     """The most SFT epochs; ``sft_target_nll`` ends it first."""
     sft_target_nll: float | None = 0.2
     """A warm start, not a solution: SFT stops once the demonstrations' mean token NLL is this low, not
-    after a fixed count of epochs (which left 0.06 to 0.10 on different demonstration sets). At 0.16
-    (seed 1: epoch 10), 8 of 24 click-test episodes succeeded sampling with ``min_p`` 0.1, 1 of 24
-    without it (docs/learning.md)."""
+    after a fixed count of epochs (which left 0.06 to 0.10 on different demonstration sets). Sampled
+    with ``min_p`` 0.1, seed 1's SFT to 0.19 (epoch 9) started GRPO at 0.33 and to 0.15 (epoch 10) at
+    0.79, with no room left to climb (docs/learning.md)."""
     sft_lr: float = 1e-3
     steps: int = 200
     """In practice the time budget ends the run first."""

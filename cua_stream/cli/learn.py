@@ -164,7 +164,7 @@ def learn(
     deadline = started + budget_minutes * 60 - WRAP_UP_S
     step(
         f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
-        f"episodes on new layouts, ending within {budget_minutes:g} min of the start"
+        f"episodes on new layouts (sampling {_sampling(plan)}), ending within {budget_minutes:g} min of the start"
     )
     t0 = time.monotonic()
     with engine_and_gateway(
@@ -176,6 +176,15 @@ def learn(
     step("the curve")
     curve = anyio.run(_curve, bus, f"{run}-grpo", base)
     _report(plan, curve, before, trained, timings, home, run, time.monotonic() - started)
+
+
+def _sampling(plan: LearnPlan) -> str:
+    said = f"at temperature {plan.temperature:g}"
+    if plan.top_k != -1:
+        said += f", top_k {plan.top_k}"
+    if plan.min_p:
+        said += f", min_p {plan.min_p:g}"
+    return said
 
 
 def _pct(values: dict[str, float]) -> str:

@@ -47,7 +47,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Sample from the ``top_k`` likeliest tokens only (SGLang's ``top_k``; -1: off), put in each work
     request's sampling. Logprobs stay the unfiltered distribution's on both sides, engine and trainer
     (SGLang's default, as in Miles' ``rollout_top_k``): the ratio compares like with like, and the tokens
-    cut are ones the policy is never asked about."""
+    cut are never drawn, so no logprob of theirs enters the loss."""
     top_p: float = 1.0
     """Nucleus sampling (SGLang's ``top_p``; 1: off), like ``top_k``."""
     min_p: float = 0.0

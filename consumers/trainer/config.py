@@ -60,6 +60,9 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     clip_low: float = 0.2
     clip_high: float = 0.28
     tis_clip: float | None = None
+    kl_coef: float = 0.0
+    """Weight of the k3 KL to the run's starting weights in every token's loss (GRPO's β; 0: off, no
+    reference model kept). Costs one more forward pass per step."""
     loss_reduction: Literal["episode", "token"] = "episode"
     """``episode``: GRPO's token mean per episode, then the mean over episodes; ``token``: DAPO's mean
     over every trained token of the step (consumers/trainer/loss.py says when each fits)."""
@@ -103,7 +106,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
-        for name in ("max_staleness", "max_steps"):
+        for name in ("max_staleness", "max_steps", "kl_coef"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"trainer.{name}: must be >= 0")
         if self.top_k == 0 or self.top_k < -1:
@@ -133,6 +136,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             clip_high=self.clip_high,
             tis_clip=self.tis_clip,
             reduction=self.loss_reduction,
+            kl_coef=self.kl_coef,
         )
 
     @property

@@ -448,6 +448,7 @@ class Trainer:
                 "grad_norm": stats.grad_norm,
                 "logprob_gap": stats.loss.logprob_gap,
                 "clip_fraction": stats.loss.clip_fraction,
+                "kl": stats.loss.kl,
                 "trained_tokens": float(stats.loss.tokens),
                 "mean_reward": _mean_reward(batch),
                 **self._timings,  # where the step's time went: train_s (forward/backward), save_s
@@ -513,7 +514,7 @@ def describe_step(step: TrainStep) -> str:
     return (
         f"v{step.policy_version}, {step.n_groups} group(s), {step.n_episodes} episodes, {step.n_samples} samples, "
         f"reward {m.get('mean_reward', 0):.2f}, loss {step.loss:.4f}, grad {m.get('grad_norm', 0):.3f}, "
-        f"logprob gap {m.get('logprob_gap', 0):.2e}"
+        f"logprob gap {m.get('logprob_gap', 0):.2e}" + (f", KL {m['kl']:.2e}" if m.get("kl") else "")
     )
 
 

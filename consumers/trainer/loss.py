@@ -11,6 +11,16 @@ logprobs under the current weights (detached) and each token's loss is weighted 
 trainer/engine probability ratio ``min(exp(logp_trainer - logp_rollout), tis_clip)``: the correction for
 an engine whose numerics differ from the trainer's.
 
+With ``kl_coef`` > 0, each token also pays ``kl_coef`` times the k3 estimate of KL(policy || reference)
+(DeepSeekMath's GRPO; the reference is the run's starting weights):
+
+    kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1
+
+non-negative, 0 where the two agree; its gradient pulls a token's logprob back toward the reference's.
+An update from a handful of episodes moves shared weights in directions their advantages never chose;
+the KL term is the force that pulls those moves back while the rewarded ones, repeated step after step,
+stay.
+
 Reduction (``LossConfig.reduction``):
 
 - ``episode`` (GRPO's): a token mean per episode, then the mean over episodes. An episode with many
@@ -35,10 +45,13 @@ class LossConfig:
     clip_high: float = 0.28
     tis_clip: float | None = None
     reduction: Literal["episode", "token"] = "episode"
+    kl_coef: float = 0.0
 
     def __post_init__(self) -> None:
         if self.reduction not in ("episode", "token"):
             raise ValueError(f"reduction: 'episode' or 'token', not {self.reduction!r}")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef: 0 (off) or more, not {self.kl_coef}")
 
 
 @dataclass(frozen=True)
@@ -49,6 +62,8 @@ class LossStats:
     logprob_gap: float
     """Mean |trainer logprob - engine logprob| over trained tokens (before this update)."""
     tokens: int
+    kl: float = 0.0
+    """Mean k3 KL to the reference over trained tokens (0 without ``kl_coef``)."""
 
 
 def policy_loss(
@@ -58,12 +73,15 @@ def policy_loss(
     mask: torch.Tensor,
     episodes: torch.Tensor,
     config: LossConfig = LossConfig(),
+    reference_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The loss over packed tokens. All inputs are 1-D of the same length: the trainer's logprob of each
     token (with grad), the engine's, the token's episode advantage, the loss mask (1 = trained) and the
-    token's episode index (0..E-1)."""
+    token's episode index (0..E-1); with ``config.kl_coef``, the reference's logprob of each token."""
     if not (logprobs.shape == rollout_logprobs.shape == advantages.shape == mask.shape == episodes.shape):
         raise ValueError("policy_loss: every input must have the same 1-D shape")
+    if config.kl_coef and (reference_logprobs is None or reference_logprobs.shape != logprobs.shape):
+        raise ValueError("policy_loss: kl_coef needs the reference's logprob of every token")
     m = mask.to(logprobs.dtype)
     rollout = rollout_logprobs.to(logprobs.dtype)
     advantages = advantages.to(logprobs.dtype)
@@ -75,6 +93,11 @@ def policy_loss(
     if config.tis_clip is not None:
         weight = torch.clamp(torch.exp(logprobs.detach() - rollout), max=config.tis_clip)
         per_token = per_token * weight
+    kl = torch.zeros_like(logprobs)
+    if config.kl_coef and reference_logprobs is not None:
+        log_ratio = reference_logprobs.to(logprobs.dtype) - logprobs
+        kl = torch.exp(log_ratio) - log_ratio - 1
+        per_token = per_token + config.kl_coef * kl
     n_episodes = int(episodes.max().item()) + 1 if episodes.numel() else 0
     token_sum = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, per_token * m)
     token_count = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, m)
@@ -93,5 +116,6 @@ def policy_loss(
             clip_fraction=float((was_clipped * m).sum() / trained),
             logprob_gap=float(((logprobs.detach() - rollout).abs() * m).sum() / trained),
             tokens=int(m.sum()),
+            kl=float((kl.detach() * m).sum() / trained),
         )
     return loss, stats

@@ -41,6 +41,8 @@ class MegatronBackend:
         self.temperature = temperature
         self.max_grad_norm = max_grad_norm
         self.loss_config = loss or LossConfig()
+        if self.loss_config.kl_coef:
+            raise ValueError("kl_coef: the torch backend's for now (this one keeps no reference model)")
 
     def packed_logprobs(self, items: Sequence[TrainItem]) -> tuple[torch.Tensor, Any]:
         """The next-token logprob at every packed position (with grad), and the packed batch."""

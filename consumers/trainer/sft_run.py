@@ -38,6 +38,19 @@ class SftResult:
     epochs: list[EpochStats]
     reached_target: bool = False
     """``target_nll`` ended the training before the last epoch (or at it)."""
+    probed_enough: bool = False
+    """A ``Probe`` judged the weights enough and ended the training."""
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Ends SFT on a measured start rather than a loss: after each epoch that leaves the demonstrations'
+    NLL at or below ``from_nll``, the weights are saved and ``enough`` judges them (``learn`` samples
+    episodes with them). The NLL says how well the demonstrations are copied; what GRPO needs is how often
+    the policy's own samples succeed, and the same NLL left that anywhere from 0.33 to 0.75."""
+
+    from_nll: float
+    enough: Callable[[Path, EpochStats], bool]
 
 
 async def read_demonstrations(config: SftConfig) -> Demonstrations:
@@ -56,10 +69,13 @@ async def read_demonstrations(config: SftConfig) -> Demonstrations:
 
 
 def train(
-    config: SftConfig, demos: Demonstrations, on_epoch: Callable[[EpochStats], None] = lambda _: None
+    config: SftConfig,
+    demos: Demonstrations,
+    on_epoch: Callable[[EpochStats], None] = lambda _: None,
+    probe: Probe | None = None,
 ) -> SftResult:
-    """``config.epochs`` passes over the demonstrations, or fewer when ``config.target_nll`` is reached;
-    the model (with its processor) saved to ``config.out``."""
+    """``config.epochs`` passes over the demonstrations, or fewer when ``config.target_nll`` is reached
+    or ``probe`` judges the weights enough; the model (with its processor) saved to ``config.out``."""
     import torch
 
     from consumers.trainer.torch_backend import TorchBackend
@@ -83,12 +99,19 @@ def train(
             losses.append(loss)
             tokens += n
         loss = sum(losses) / len(losses)
-        nll = backend.nll(samples) if worth_measuring(loss, config.target_nll) else None
+        measure = worth_measuring(loss, config.target_nll) or (
+            probe is not None and worth_measuring(loss, probe.from_nll)
+        )
+        nll = backend.nll(samples) if measure else None
         stats = EpochStats(epoch, loss, tokens, time.perf_counter() - started, nll)
         epochs.append(stats)
         on_epoch(stats)
         if nll is not None and config.target_nll is not None and nll <= config.target_nll:
             break
+        if nll is not None and probe is not None and nll <= probe.from_nll:
+            out = backend.save(config.out, processor=True)
+            if probe.enough(out, stats):
+                return SftResult(out, len(samples), demos.episodes, before, nll, epochs, probed_enough=True)
     after = epochs[-1].nll if epochs and epochs[-1].nll is not None else backend.nll(samples)
     reached = config.target_nll is not None and after <= config.target_nll
     out = backend.save(config.out, processor=True)

@@ -75,19 +75,25 @@ class TorchBackend:
         self.processor = AutoProcessor.from_pretrained(model_path)
         self.model = AutoModelForImageTextToText.from_pretrained(weights or model_path, dtype=torch.float32)
         self.model.train()
+        self.reference = None
+        if self.loss_config.kl_coef:  # the run's start, frozen, whatever checkpoint ``weights`` resumes
+            self.reference = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch.float32)
+            self.reference.eval().requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.image_token_id = int(self.model.config.image_token_id)
 
-    def token_logprobs(self, sample: Sample) -> torch.Tensor:
+    def token_logprobs(self, sample: Sample, model: Any = None) -> torch.Tensor:
         """The trainer's logprob of each of ``sample``'s trained tokens (with grad), 0 elsewhere (the loss
         masks those out). Only the trained positions are projected on the vocabulary: with Qwen's 151k
         entries the full-sequence logits of a screenshot episode are hundreds of MB, and their softmax
-        was most of a step's time for the ~10 % of tokens that train."""
+        was most of a step's time for the ~10 % of tokens that train. ``model``: another with the same
+        vocabulary (the KL reference); the trained one by default."""
+        model = model or self.model
         ids = torch.tensor([list(sample.tokens)], dtype=torch.long)
         trained = loss_mask(sample).nonzero().squeeze(1)
         trained = trained[trained > 0]  # the first token is predicted by nothing
         pixel_values, grid = pixel_inputs(sample.images, self.blobs, self.processor.image_processor)
-        positions, _ = prompt_position_ids(self.model, ids, grid)
+        positions, _ = prompt_position_ids(model, ids, grid)
         extra: dict[str, Any] = {}
         if pixel_values is not None:
             extra = {
@@ -96,7 +102,7 @@ class TorchBackend:
                 "mm_token_type_ids": (ids == self.image_token_id).int(),
             }
         rows = trained - 1  # row i predicts token i + 1
-        logits = self.model(
+        logits = model(
             input_ids=ids, position_ids=positions, use_cache=False, logits_to_keep=rows, **extra
         ).logits
         picked = (
@@ -110,14 +116,18 @@ class TorchBackend:
         first update the trainer's logprobs move away from the rollout's and the ratio clip bounds how
         far: the step's size is set by the clip, not only by the learning rate. The statistics are the
         first pass's (the logprob gap is the sampler's lag), with the last pass's clip fraction."""
-        first = last = self._update(items)
+        reference = None
+        if self.reference is not None:
+            with torch.no_grad():
+                reference = torch.cat([self.token_logprobs(item.sample, self.reference) for item in items])
+        first = last = self._update(items, reference)
         if not carries_signal(item.advantage for item in items):
             return first
         for _ in range(self.passes - 1):
-            last = self._update(items)
+            last = self._update(items, reference)
         return replace(first, loss=replace(first.loss, clip_fraction=last.loss.clip_fraction))
 
-    def _update(self, items: Sequence[TrainItem]) -> StepStats:
+    def _update(self, items: Sequence[TrainItem], reference: torch.Tensor | None) -> StepStats:
         self.optimizer.zero_grad(set_to_none=True)
         signal = carries_signal(item.advantage for item in items)
         with torch.set_grad_enabled(signal):
@@ -130,7 +140,9 @@ class TorchBackend:
             episodes = torch.cat(
                 [torch.full((len(item.sample.tokens),), item.episode, dtype=torch.long) for item in items]
             )
-            loss, stats = policy_loss(logprobs, rollout, advantages, mask, episodes, self.loss_config)
+            loss, stats = policy_loss(
+                logprobs, rollout, advantages, mask, episodes, self.loss_config, reference
+            )
         if not signal:
             return StepStats(
                 loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})

@@ -5,7 +5,9 @@ task plotted to a PNG (and on the dashboard: it reads the same topics)."""
 from __future__ import annotations
 
 import json
+import statistics
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,6 +18,7 @@ from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
 from cua_stream.cli._stack import (
+    Serving,
     Steps,
     broker_and_topics,
     engine_and_gateway,
@@ -27,7 +30,8 @@ from cua_stream.cli._stack import (
 from cua_stream.config import BusConfig, state_dir
 
 if TYPE_CHECKING:
-    from cua_stream.events import TrainStep
+    from consumers.trainer.sft_run import EpochStats
+    from cua_stream.events import ScoreEvent, TrainStep, WorkRequest
     from cua_stream.learn import Curve, LearnPlan
     from producers.config import ProducerConfig
 
@@ -52,13 +56,26 @@ def learn(
     sft_epochs: Annotated[int, typer.Option(help="The most SFT passes over the demonstrations.")] = 30,
     sft_target_nll: Annotated[
         float,
-        typer.Option(help="End SFT once the demonstrations' mean token NLL is this low (0: all epochs)."),
-    ] = 0.2,
+        typer.Option(
+            help="SFT's floor: end it at this demonstrations' token NLL at the latest (0: all epochs)."
+        ),
+    ] = 0.12,
+    sft_start_success: Annotated[
+        float,
+        typer.Option(help="End SFT once sampled episodes on new layouts succeed this often (0: no probing)."),
+    ] = 0.25,
+    sft_probe_nll: Annotated[
+        float, typer.Option(help="Probe SFT's weights after each epoch from this demonstrations' NLL down.")
+    ] = 0.3,
+    probe_episodes: Annotated[int, typer.Option(help="Sampled episodes per SFT probe.")] = 16,
     steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
     lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 3e-5,
     passes: Annotated[int, typer.Option(help="Optimizer updates per GRPO step on its batch.")] = 1,
+    kl_coef: Annotated[
+        float, typer.Option(help="Weight of the KL to the SFT weights in GRPO's loss (0: off).")
+    ] = 0.3,
     max_parse_errors: Annotated[
         int, typer.Option(help="End an episode at this many consecutive unparsable replies (0: never).")
     ] = 0,
@@ -96,8 +113,16 @@ def learn(
         raise typer.BadParameter("'episode' or 'token'", param_hint="--loss-reduction")
     if passes < 1:
         raise typer.BadParameter("at least 1", param_hint="--passes")
+    if kl_coef < 0:
+        raise typer.BadParameter("0 (off) or more", param_hint="--kl-coef")
     if sft_target_nll < 0:
         raise typer.BadParameter("0 (all the epochs) or more", param_hint="--sft-target-nll")
+    if not 0 <= sft_start_success <= 1:
+        raise typer.BadParameter("in [0, 1] (0: no probing)", param_hint="--sft-start-success")
+    if sft_probe_nll <= 0:
+        raise typer.BadParameter("above 0", param_hint="--sft-probe-nll")
+    if probe_episodes < 1:
+        raise typer.BadParameter("at least 1", param_hint="--probe-episodes")
     if top_k == 0 or top_k < -1:
         raise typer.BadParameter("-1 (all tokens) or at least 1", param_hint="--top-k")
     if not 0 <= min_p < 1:
@@ -107,8 +132,10 @@ def learn(
     plan = LearnPlan(
         seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)),
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
-        sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None, steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
-        passes=passes, loss_reduction=loss_reduction, max_parse_errors=max_parse_errors or None,
+        sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None,
+        sft_start_success=sft_start_success or None, sft_probe_nll=sft_probe_nll, probe_episodes=probe_episodes,
+        steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
+        passes=passes, kl_coef=kl_coef, loss_reduction=loss_reduction, max_parse_errors=max_parse_errors or None,
         temperature=temperature, top_k=top_k, min_p=min_p, concurrency=concurrency,
     )  # fmt: skip
     file_data = load_file(config)
@@ -154,10 +181,12 @@ def learn(
     recorded = success_by_task(demonstrations, scores)
     out.print(f"    base policy success: {_pct(before)}; oracle demonstrations rewarded: {_pct(recorded)}")
 
-    until = f"until their token NLL is {plan.sft_target_nll:g}, at most " if plan.sft_target_nll else ""
-    step(f"SFT on the rewarded demonstrations, {until}{plan.sft_epochs} epochs")
+    step(f"SFT on the rewarded demonstrations, {_sft_end(plan)}")
     t0 = time.monotonic()
-    sft_model = _sft(plan, bus, base, home, f"{run}-oracle")
+    with ExitStack() as probe_stack:
+        prober = _Prober(plan, producer, base, run, probe_stack, engine_port=engine_port,
+                         gateway_port=gateway_port, logs=logs)  # fmt: skip
+        sft_model = _sft(plan, bus, base, home, f"{run}-oracle", prober)
     timings["SFT"] = time.monotonic() - t0
 
     # the step in progress at the deadline still finishes, and the curve is drawn after it: keep room
@@ -175,7 +204,70 @@ def learn(
 
     step("the curve")
     curve = anyio.run(_curve, bus, f"{run}-grpo", base)
-    _report(plan, curve, before, trained, timings, home, run, time.monotonic() - started)
+    _report(plan, curve, before, trained, timings, prober.history, home, run, time.monotonic() - started)
+
+
+def _sft_end(plan: LearnPlan) -> str:
+    ends = []
+    if plan.sft_start_success:
+        ends.append(
+            f"until {plan.probe_episodes} sampled episodes on new layouts succeed {plan.sft_start_success:.0%} "
+            f"of the time (probed after each epoch from NLL {plan.sft_probe_nll:g})"
+        )
+    if plan.sft_target_nll:
+        ends.append(f"until the demonstrations' token NLL is {plan.sft_target_nll:g}")
+    return " or ".join(ends) + f", at most {plan.sft_epochs} epochs" if ends else f"{plan.sft_epochs} epochs"
+
+
+class _Prober:
+    """Judges SFT's weights by the policy's own episodes: an engine and gateway (started at the first
+    probe) load each probed epoch's weights, and ``plan.probe_episodes`` run as GRPO's will (its sampling,
+    layouts nobody trains on)."""
+
+    def __init__(
+        self, plan: LearnPlan, producer: ProducerConfig, base: Path, run: str, stack: ExitStack, *,
+        engine_port: int, gateway_port: int, logs: Path,
+    ) -> None:  # fmt: skip
+        self.plan, self.producer, self.base, self.run, self.stack = plan, producer, base, run, stack
+        self.ports, self.logs = (engine_port, gateway_port), logs
+        self.serving: Serving | None = None
+        self.history: list[dict[str, float]] = []
+
+    def __call__(self, weights: Path, epoch: EpochStats) -> bool:
+        from consumers.trainer.feeder import instance_work, sampling_of
+        from cua_stream.learn import success_by_task
+
+        plan = self.plan
+        if self.serving is None:
+            self.serving = self.stack.enter_context(
+                engine_and_gateway(self.base, self.producer.bus, engine_port=self.ports[0],
+                                   gateway_port=self.ports[1], logs=self.logs)
+            )  # fmt: skip
+        work = instance_work(
+            f"{self.run}-sft-e{epoch.epoch}", list(plan.tasks), plan.probe_layouts(),
+            sampling=sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p),
+            now=time.time(),
+        )  # fmt: skip
+        scores = anyio.run(self._episodes, weights, epoch.epoch, work)
+        success = statistics.fmean(success_by_task(work, scores).values())
+        self.history.append({"epoch": epoch.epoch, "nll": epoch.nll or 0.0, "success": success})
+        enough = plan.warm_enough(success)
+        out.print(
+            f"    epoch {epoch.epoch}: {success:.0%} of {len(work)} sampled episodes succeed"
+            + (" — GRPO starts here" if enough else "")
+        )
+        return enough
+
+    async def _episodes(self, weights: Path, version: int, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+        import httpx
+
+        from consumers.trainer.weights import push_weights
+
+        assert self.serving is not None
+        async with httpx.AsyncClient() as http:
+            await push_weights(http, engine_url=self.serving.engine_url, gateway_url=self.serving.gateway_url,
+                               weights=weights, version=version)  # fmt: skip
+        return await run_episodes(self.producer, work)
 
 
 def _sampling(plan: LearnPlan) -> str:
@@ -191,9 +283,9 @@ def _pct(values: dict[str, float]) -> str:
     return ", ".join(f"{t} {v:.0%}" for t, v in values.items()) or "none"
 
 
-def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str) -> Path:
+def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, prober: _Prober) -> Path:
     from consumers.trainer.sft import SftConfig
-    from consumers.trainer.sft_run import read_demonstrations, train
+    from consumers.trainer.sft_run import Probe, read_demonstrations, train
 
     config = SftConfig(
         run_ids=[demo_run], model_path=str(base), out_dir=str(home / "sft"), epochs=plan.sft_epochs,
@@ -210,8 +302,12 @@ def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str)
             f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"
             + ("" if e.nll is None else f", NLL after it {e.nll:.3f}")
         ),
+        probe=Probe(plan.sft_probe_nll, prober) if plan.sft_start_success else None,
     )
-    ended = "the target reached" if result.reached_target else "the last epoch"
+    ended = (
+        "the start reached" if result.probed_enough
+        else "the NLL floor reached" if result.reached_target else "the last epoch"
+    )  # fmt: skip
     out.print(
         f"    demonstration token NLL {result.nll_before:.2f} -> {result.nll_after:.3f} after "
         f"{len(result.epochs)} epochs ({ended})"
@@ -280,7 +376,7 @@ async def _curve(bus: BusConfig, run_id: str, model: Path) -> Curve:
 
 def _report(
     plan: LearnPlan, curve: Curve, before: dict[str, float], trained: list[TrainStep],
-    timings: dict[str, float], home: Path, run: str, total_s: float,
+    timings: dict[str, float], probes: list[dict[str, float]], home: Path, run: str, total_s: float,
 ) -> None:  # fmt: skip
     from cua_stream.learn import window_success
 
@@ -308,7 +404,7 @@ def _report(
     _plot(curve, png, f"{run}: reward per GRPO step (after SFT)")
     (home / "curve.json").write_text(
         json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task,
-                    "valid_actions": curve.valid, "base": before,
+                    "valid_actions": curve.valid, "base": before, "sft_probes": probes,
                     "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
     )  # fmt: skip
     out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "

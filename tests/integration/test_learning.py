@@ -24,8 +24,9 @@ import torch
 from PIL import Image
 
 from consumers.trainer.grpo import EpisodeResult, GroupPolicy, decide
+from consumers.trainer.loss import LossConfig
 from consumers.trainer.samples import Sample, assemble
-from consumers.trainer.torch_backend import TorchBackend, TrainItem
+from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.events import CallKind, Logprobs, Reward, TokenIds, TurnEvent
 from cua_stream.gateway.messages import parse_messages
@@ -103,7 +104,8 @@ def action_logprobs(backend: TorchBackend, task: ToyTask) -> dict[str, float]:
     return out
 
 
-def grpo_steps(backend: TorchBackend, task: ToyTask, mutation: str) -> None:
+def grpo_steps(backend: TorchBackend, task: ToyTask, mutation: str) -> list[StepStats]:
+    stats = []
     for version in range(STEPS):
         now = action_logprobs(backend, task)  # on-policy: the rollout logprobs are the policy's own
         records = [task.record(i, word, now[word], version) for i, word in enumerate(GROUP)]
@@ -121,7 +123,8 @@ def grpo_steps(backend: TorchBackend, task: ToyTask, mutation: str) -> None:
             (sample,) = assemble([record]).samples
             advantage = decision.advantages[record.episode_id]
             items.append(TrainItem(mutate(sample, mutation), mutate_advantage(advantage, mutation), index))
-        backend.step(items)
+        stats.append(backend.step(items))
+    return stats
 
 
 def mutate(sample: Sample, mutation: str) -> Sample:
@@ -184,3 +187,19 @@ def test_more_passes_on_a_batch_move_the_policy_further_until_the_clip_holds_it(
     assert 0 < one < four, (one, four)
     assert one_clipped == 0.0 < four_clipped  # by the last pass the ratios left the clip range
     assert four < 2 * one  # ... and it held them: three more passes moved less than the first
+
+
+def test_the_kl_term_holds_the_policy_near_its_start(tiny_model_dir: Path, tmp_path: Path) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    gains, kls = {}, {}
+    for coef in (0.0, 0.5):
+        torch.manual_seed(0)
+        task = ToyTask(tiny_model_dir, blobs)
+        backend = TorchBackend(tiny_model_dir, blobs, lr=1e-3, loss=LossConfig(kl_coef=coef))
+        before = action_logprobs(backend, task)
+        kls[coef] = [s.loss.kl for s in grpo_steps(backend, task, "none")]
+        gains[coef] = action_logprobs(backend, task)["left"] - before["left"]
+    assert kls[0.0] == [0.0] * STEPS  # off: no reference, nothing measured
+    assert kls[0.5][0] == pytest.approx(0.0, abs=1e-9)  # the first step's policy is the reference
+    assert 0 < kls[0.5][1] < kls[0.5][-1]  # the policy moves away, the KL measures it
+    assert 0 < gains[0.5] < gains[0.0], gains  # still learns, held back

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from consumers.trainer.loss import policy_loss
+from consumers.trainer.loss import LossConfig, policy_loss
 from consumers.trainer.megatron_backend import MegatronBackend
 from cua_stream.engine.forward import token_logprobs
 from tests.conftest import free_port
@@ -108,3 +108,9 @@ def test_a_packed_megatron_step_matches_the_samples_one_by_one(gpt: Any) -> None
     stats = backend.step(items())
     assert stats.grad_norm > 0 and stats.loss.tokens == 7 and stats.episodes == 2
     assert any(not torch.equal(a, b) for a, b in zip(before, gpt.parameters(), strict=True))
+
+
+def test_a_kl_coefficient_is_refused_by_the_backend_that_keeps_no_reference(gpt: Any) -> None:
+    optimizer = torch.optim.AdamW(gpt.parameters(), lr=1e-2)
+    with pytest.raises(ValueError, match="kl_coef: the torch backend's"):
+        MegatronBackend(gpt, optimizer, loss=LossConfig(kl_coef=0.1))

@@ -3,6 +3,8 @@ its config, and the forced-completion pieces of the gateway's engine protocol (p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 import pytest
 import torch
@@ -135,3 +137,29 @@ def test_a_scored_reply_becomes_the_forced_completion_or_a_protocol_error() -> N
         )
     with pytest.raises(EngineProtocolError, match="1 entries for 2 forced ids"):
         parse_scored_response({"meta_info": {**meta, "input_token_logprobs": [[-1.5, 9]]}}, [9, 10], "")
+
+
+@pytest.mark.model
+def test_a_probe_judges_saved_weights_and_ends_sft_where_it_says(tmp_path: Path) -> None:
+    from consumers.trainer.sft_run import EpochStats, Probe, train
+    from cua_stream.demo import tiny_model_dir
+
+    demos = demonstrations([score("good", Reward(value=1.0))], calls_of("good"))
+    config = SftConfig(run_ids=["r"], model_path=str(tiny_model_dir()), out_dir=str(tmp_path / "out"), epochs=5,
+                       lr=1e-3)  # fmt: skip
+    judged: list[tuple[int, float | None, bool]] = []
+
+    def at_epoch_2(weights: Path, epoch: EpochStats) -> bool:
+        judged.append((epoch.epoch, epoch.nll, (weights / "model.safetensors").exists()))
+        return epoch.epoch == 2
+
+    result = train(config, demos, probe=Probe(from_nll=100.0, enough=at_epoch_2))
+    assert result.probed_enough and not result.reached_target and len(result.epochs) == 2
+    assert [(e, saved) for e, _, saved in judged] == [(1, True), (2, True)]  # saved before each judgement
+    assert all(nll is not None and nll < result.nll_before for _, nll, _ in judged)
+    assert result.nll_after == judged[-1][1] and result.out == tmp_path / "out"
+
+    # no probe above the NLL it starts from: all the epochs, the judge never asked
+    judged.clear()
+    whole = train(config, demos, probe=Probe(from_nll=1e-6, enough=at_epoch_2))
+    assert not whole.probed_enough and len(whole.epochs) == 5 and judged == []

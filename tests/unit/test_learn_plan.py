@@ -31,9 +31,9 @@ def score(group: str, i: int, verdict: Reward | Discard) -> ScoreEvent:
 
 
 def test_demonstration_and_evaluation_layouts_are_never_a_grpo_groups() -> None:
-    plans = [LearnPlan(seed=s, demo_seeds=50, eval_episodes=10) for s in range(3)]
-    used = [set(p.demo_layouts()) | set(p.eval_layouts()) for p in plans]
-    assert all(len(u) == 60 for u in used) and not (used[0] & used[1] or used[1] & used[2])
+    plans = [LearnPlan(seed=s, demo_seeds=50, eval_episodes=10, probe_episodes=20) for s in range(3)]
+    used = [set(p.demo_layouts()) | set(p.eval_layouts()) | set(p.probe_layouts()) for p in plans]
+    assert all(len(u) == 80 for u in used) and not (used[0] & used[1] or used[1] & used[2])
     grpo = work_for_group(
         "run", 7, tasks=["click-button"], group_size=2, policy_version=0, sampling={}, now=0
     )
@@ -84,7 +84,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     from cua_stream.demo import tiny_model_dir
     from producers.config import ProducerConfig
 
-    plan = LearnPlan(temperature=0.6, steps=7, passes=3, top_k=20)
+    plan = LearnPlan(temperature=0.6, steps=7, passes=3, top_k=20, kl_coef=0.3)
     trainer = convert(
         TrainerConfig,
         "trainer",
@@ -96,6 +96,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
         ["click-test"],
         3,
     )
+    assert trainer.loss.kl_coef == 0.3
     # the run's work samples as the plan says (the filter named only when on)
     work = work_for_group(
         "r", 0, tasks=["click-test"], group_size=2, policy_version=0, sampling=trainer.sampling, now=0
@@ -114,6 +115,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     )
     for field, value, message in [
         ("passes", 0, r"trainer\.passes: must be >= 1"),
+        ("kl_coef", -0.1, r"trainer\.kl_coef: must be >= 0"),
         ("top_k", 0, r"trainer\.top_k: -1 \(off\) or >= 1, not 0"),
         ("top_p", 0.0, r"trainer\.top_p: in \(0, 1\], not 0\.0"),
     ]:
@@ -123,6 +125,34 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
             )
     producer = convert(ProducerConfig, "producer", plan.producer_settings())
     assert producer.max_turns == plan.turns and producer.concurrency == plan.concurrency
+
+
+def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
+    plan = LearnPlan(sft_start_success=0.25)
+    assert [plan.warm_enough(s) for s in (0.0, 0.1875, 0.25, 0.9)] == [False, False, True, True]
+    assert not LearnPlan(sft_start_success=None).warm_enough(1.0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "says"),
+    [
+        ("--sft-start-success", "1.5", "in [0, 1] (0: no probing)"),
+        ("--sft-probe-nll", "0", "above 0"),
+        ("--probe-episodes", "0", "at least 1"),
+        ("--min-p", "1", "in [0, 1)"),
+        ("--kl-coef", "-1", "0 (off) or more"),
+    ],
+)
+def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = os.environ | {"COLUMNS": "200", "CUA_HOME": "/nonexistent"}  # nothing is started or written
+    res = subprocess.run([sys.executable, "-m", "cua_stream", "learn", flag, value], capture_output=True,
+                         text=True, timeout=120, env=env)  # fmt: skip
+    said = " ".join((res.stdout + res.stderr).replace("│", " ").split())
+    assert res.returncode == 2 and flag in said and says in said, said
 
 
 def test_demonstrations_cover_grpos_tasks_unless_told_otherwise() -> None:

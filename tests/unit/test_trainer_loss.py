@@ -88,3 +88,21 @@ def test_the_token_reduction_weighs_every_token_alike_so_a_shared_prefix_cancels
     assert logp.grad[0] + logp.grad[2] == pytest.approx(-0.25 + 1 / 6)
     with pytest.raises(ValueError, match="reduction"):
         LossConfig(reduction="sum")  # type: ignore[arg-type]
+
+
+def test_the_kl_term_is_k3_to_the_reference_and_pulls_a_token_back_to_it() -> None:
+    logp = t(-1.0, -2.0).requires_grad_()
+    reference = t(-1.5, -2.0)
+    config = LossConfig(kl_coef=0.5, reduction="token")
+    loss, stats = policy_loss(
+        logp, t(-1.0, -2.0), t(0.0, 0.0), t(1, 1), torch.tensor([0, 0]), config, reference
+    )
+    k3 = math.exp(-0.5) + 0.5 - 1  # exp(ref - logp) - (ref - logp) - 1 for the first token; 0 for the second
+    assert loss.item() == pytest.approx(0.5 * k3 / 2) and stats.kl == pytest.approx(k3 / 2)
+    loss.backward()
+    # descent lowers the first token's logprob toward the reference's; the second sits on it
+    assert logp.grad.tolist() == pytest.approx([0.5 * (1 - math.exp(-0.5)) / 2, 0.0])
+    with pytest.raises(ValueError, match="kl_coef needs the reference"):
+        policy_loss(logp, t(-1.0, -2.0), t(0.0, 0.0), t(1, 1), torch.tensor([0, 0]), config)
+    with pytest.raises(ValueError, match="kl_coef: 0 \\(off\\) or more"):
+        LossConfig(kl_coef=-0.1)

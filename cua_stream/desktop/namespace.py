@@ -26,6 +26,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,6 +144,7 @@ class EpisodeNamespace:
         """Host directories under /tmp that stay visible inside (the private /tmp would hide them)."""
         self._unshare: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
+        self._stopping = threading.Lock()
         self.init_pid: int | None = None
 
     def start(self) -> None:
@@ -230,7 +232,14 @@ class EpisodeNamespace:
             )
 
     def stop(self) -> None:
-        """Kill the namespace's init: the kernel then kills every process of the episode."""
+        """Kill the namespace's init: the kernel then kills every process of the episode. Safe to call
+        from two threads at once: a cancelled trial's cleanup can still be running in its worker thread
+        when the producer's ``stop_all`` reaches the same namespace, and closing the lifeline twice
+        failed (EBADF) — or, had the number been reused meanwhile, would close someone else's file."""
+        with self._stopping:
+            self._stop()
+
+    def _stop(self) -> None:
         LIVE.discard(self)
         if self.init_pid is not None:
             with contextlib.suppress(ProcessLookupError):

@@ -150,6 +150,47 @@ def test_host_dirs_under_tmp_that_the_episode_needs_stay_visible(tmp_path: Path)
     assert (kept / "made-inside").exists()
 
 
+def test_two_threads_stopping_one_namespace_close_its_lifeline_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled trial's cleanup still running in its worker thread while the producer's ``stop_all``
+    reaches the same namespace: each fd is closed once (a second close failed with EBADF, and could close
+    a reused number). ``os.close`` is slowed so both threads are inside ``stop`` together."""
+    import threading
+
+    from cua_stream.desktop import namespace
+
+    ns = namespace.EpisodeNamespace(tmp_path / "episode")
+    ns.start()
+    lifeline = ns._lifeline
+    closed: list[int] = []
+    real_close = os.close
+
+    def slow_close(fd: int) -> None:
+        time.sleep(0.05)
+        closed.append(fd)
+        real_close(fd)
+
+    monkeypatch.setattr(namespace.os, "close", slow_close)
+    errors: list[BaseException] = []
+    gate = threading.Barrier(4)
+
+    def stop() -> None:
+        gate.wait()
+        try:
+            ns.stop()
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=stop) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and closed.count(lifeline) == 1, (errors, closed)
+    assert ns not in namespace.LIVE and ns.init_pid is None
+
+
 def test_a_killed_owner_leaves_no_episode_behind(tmp_path: Path) -> None:
     """The owner of a namespace dies by kill -9 (a crashed producer): the episode's processes end too."""
     import signal

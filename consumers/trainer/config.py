@@ -36,6 +36,9 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     min_survivors: int = 2
     filter_zero_variance: bool = False
     std_normalize: bool = True
+    negative_scale: float = 1.0
+    """Multiplies the advantages of episodes under their group's mean (1: GRPO; 0: only the episodes
+    that beat it are reinforced, RAFT-style; consumers/trainer/grpo.py)."""
     group_timeout_s: float = 900.0
     """A group not complete this long after it was issued (or first seen) is dropped as ``timeout``."""
     max_seq_len: int = 32768
@@ -106,8 +109,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
-        for name in ("max_staleness", "max_steps", "kl_coef"):
-            if getattr(self, name) < 0:
+        for name in ("max_staleness", "max_steps", "kl_coef", "negative_scale"):
+            if not getattr(self, name) >= 0:  # NaN too
                 raise ConfigError(f"trainer.{name}: must be >= 0")
         if self.top_k == 0 or self.top_k < -1:
             raise ConfigError(f"trainer.top_k: -1 (off) or >= 1, not {self.top_k}")
@@ -127,6 +130,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             filter_zero_variance=self.filter_zero_variance,
             max_staleness=self.max_staleness,
             std_normalize=self.std_normalize,
+            negative_scale=self.negative_scale,
         )
 
     @property

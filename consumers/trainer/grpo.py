@@ -13,7 +13,8 @@ A group is the n episodes of one task drawn together. The decisions, in the orde
 5. **Advantages per episode** (not per sample: an episode that compacted more often gets no extra
    weight): ``(r - mean) / (std + eps)`` over the group's episodes, ``std`` unbiased (n - 1), as the
    reference; ``std_normalize=False`` gives ``r - mean`` (Dr. GRPO). Every sample of an episode gets its
-   episode's advantage.
+   episode's advantage. With ``negative_scale`` below 1 the advantages under the group's mean are scaled
+   down (0: only the episodes that beat their group are reinforced).
 
 A training step takes whole groups until it holds ``episodes_per_step`` episodes: it never splits one.
 """
@@ -55,10 +56,17 @@ class GroupPolicy:
     """Versions a group's oldest token may lag the trainer's; None: no bound."""
     std_normalize: bool = True
     epsilon: float = 1e-6
+    negative_scale: float = 1.0
+    """Multiplies the advantages below 0 (1: GRPO). At 0 only the episodes that beat their group's mean
+    are reinforced, each by its advantage: rejection-sampling fine-tuning (RAFT, expert iteration) with
+    GRPO's weights; the failed episodes then move nothing. Their tokens are where a small policy's
+    update goes astray: pushing down whatever was drawn in a derailed context it never saw in SFT."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.min_survivors < 1 or self.epsilon < 0:
             raise ValueError("group_size and min_survivors must be >= 1, epsilon >= 0")
+        if not self.negative_scale >= 0:
+            raise ValueError(f"negative_scale must be >= 0, not {self.negative_scale}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (or None)")
 
@@ -115,15 +123,24 @@ def decide(
     if policy.filter_zero_variance and len(set(rewards.values())) == 1:
         return drop(DropReason.ZERO_VARIANCE, f"every reward is {next(iter(rewards.values()))}")
     return GroupDecision(
-        advantages=advantages(rewards, std_normalize=policy.std_normalize, epsilon=policy.epsilon)
+        advantages=advantages(
+            rewards,
+            std_normalize=policy.std_normalize,
+            epsilon=policy.epsilon,
+            negative_scale=policy.negative_scale,
+        )
     )
 
 
 def advantages(
-    rewards: Mapping[str, float], *, std_normalize: bool = True, epsilon: float = 1e-6
+    rewards: Mapping[str, float],
+    *,
+    std_normalize: bool = True,
+    epsilon: float = 1e-6,
+    negative_scale: float = 1.0,
 ) -> dict[str, float]:
     """GRPO advantages per episode: reward minus the group mean, over the unbiased std plus ``epsilon``
-    (a single episode, or ``std_normalize=False``: not divided)."""
+    (a single episode, or ``std_normalize=False``: not divided); those below 0 times ``negative_scale``."""
     values = list(rewards.values())
     if any(not math.isfinite(v) for v in values):
         raise ValueError(f"rewards must be finite: {rewards}")
@@ -131,16 +148,23 @@ def advantages(
     scale = 1.0
     if std_normalize and len(values) > 1:
         scale = statistics.stdev(values) + epsilon
-    return {k: (v - mean) / scale for k, v in rewards.items()}
+    out = {k: (v - mean) / scale for k, v in rewards.items()}
+    return {k: max(a, 0.0) + negative_scale * min(a, 0.0) for k, a in out.items()}
 
 
-def carries_signal(advantages: Iterable[float]) -> bool:
+def carries_signal(advantages: Iterable[float], *, kl_anchor: bool = False) -> bool:
     """Whether a step over episodes with these advantages has a gradient at all. With every advantage 0
-    (groups whose rewards were all equal) the loss is 0 whatever the weights: the optimizer must not
-    step, or Adam's momentum from earlier steps and its weight decay would still move the weights — a
-    sparse-reward run then drifts away from its SFT start step after step without any reward saying so
-    (measured: valid actions 58 % -> 1 % over 41 such steps)."""
-    return any(a != 0 for a in advantages)
+    (groups whose rewards were all equal) and no KL term the loss is 0 whatever the weights: the
+    optimizer must not step, or Adam's momentum from earlier steps and its weight decay would still move
+    the weights — a sparse-reward run then drifts away from its SFT start step after step without any
+    reward saying so (measured: valid actions 58 % -> 1 % over 41 such steps).
+
+    With a KL anchor (``kl_coef`` > 0) every step has a gradient, the KL's toward the reference, and
+    takes it, as GRPO's loss does on every sample. That is the way back for a run whose every episode
+    fails the same way: no group then carries a reward signal ever again (measured: one update made a
+    click-test policy write its ``done`` under the wrong key, every episode after it failed, and 15
+    steps in a row skipped)."""
+    return kl_anchor or any(a != 0 for a in advantages)
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,8 @@ class TorchBackend:
 
     def step(self, items: Sequence[TrainItem]) -> StepStats:
         """``passes`` optimizer updates over ``items`` (every sample of the step's episodes); none when
-        every advantage is 0 (``grpo.carries_signal``: the statistics are still measured). After the
+        every advantage is 0 and there is no KL term (``grpo.carries_signal``: the statistics are still
+        measured). After the
         first update the trainer's logprobs move away from the rollout's and the ratio clip bounds how
         far: the step's size is set by the clip, not only by the learning rate. The statistics are the
         first pass's (the logprob gap is the sampler's lag), with the last pass's clip fraction."""
@@ -121,7 +122,7 @@ class TorchBackend:
             with torch.no_grad():
                 reference = torch.cat([self.token_logprobs(item.sample, self.reference) for item in items])
         first = last = self._update(items, reference)
-        if not carries_signal(item.advantage for item in items):
+        if not carries_signal((item.advantage for item in items), kl_anchor=self.reference is not None):
             return first
         for _ in range(self.passes - 1):
             last = self._update(items, reference)
@@ -129,7 +130,7 @@ class TorchBackend:
 
     def _update(self, items: Sequence[TrainItem], reference: torch.Tensor | None) -> StepStats:
         self.optimizer.zero_grad(set_to_none=True)
-        signal = carries_signal(item.advantage for item in items)
+        signal = carries_signal((item.advantage for item in items), kl_anchor=self.reference is not None)
         with torch.set_grad_enabled(signal):
             logprobs = torch.cat([self.token_logprobs(item.sample) for item in items])
             rollout = torch.cat(

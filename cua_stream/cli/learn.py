@@ -71,11 +71,15 @@ def learn(
     steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
-    lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 3e-5,
+    lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 3e-4,
     passes: Annotated[int, typer.Option(help="Optimizer updates per GRPO step on its batch.")] = 1,
     kl_coef: Annotated[
         float, typer.Option(help="Weight of the KL to the SFT weights in GRPO's loss (0: off).")
     ] = 0.3,
+    negative_scale: Annotated[
+        float,
+        typer.Option(help="Weight of GRPO's negative advantages (1: GRPO; 0: reinforce only the winners)."),
+    ] = 0.0,
     max_parse_errors: Annotated[
         int, typer.Option(help="End an episode at this many consecutive unparsable replies (0: never).")
     ] = 0,
@@ -115,6 +119,8 @@ def learn(
         raise typer.BadParameter("at least 1", param_hint="--passes")
     if kl_coef < 0:
         raise typer.BadParameter("0 (off) or more", param_hint="--kl-coef")
+    if not negative_scale >= 0:
+        raise typer.BadParameter("0 (only the winners) or more", param_hint="--negative-scale")
     if sft_target_nll < 0:
         raise typer.BadParameter("0 (all the epochs) or more", param_hint="--sft-target-nll")
     if not 0 <= sft_start_success <= 1:
@@ -135,7 +141,8 @@ def learn(
         sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None,
         sft_start_success=sft_start_success or None, sft_probe_nll=sft_probe_nll, probe_episodes=probe_episodes,
         steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
-        passes=passes, kl_coef=kl_coef, loss_reduction=loss_reduction, max_parse_errors=max_parse_errors or None,
+        passes=passes, kl_coef=kl_coef, negative_scale=negative_scale, loss_reduction=loss_reduction,
+        max_parse_errors=max_parse_errors or None,
         temperature=temperature, top_k=top_k, min_p=min_p, concurrency=concurrency,
     )  # fmt: skip
     file_data = load_file(config)
@@ -193,7 +200,8 @@ def learn(
     deadline = started + budget_minutes * 60 - WRAP_UP_S
     step(
         f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
-        f"episodes on new layouts (sampling {_sampling(plan)}), ending within {budget_minutes:g} min of the start"
+        f"episodes on new layouts (sampling {_sampling(plan)}; {_update(plan)}), ending within "
+        f"{budget_minutes:g} min of the start"
     )
     t0 = time.monotonic()
     with engine_and_gateway(
@@ -276,6 +284,17 @@ def _sampling(plan: LearnPlan) -> str:
         said += f", top_k {plan.top_k}"
     if plan.min_p:
         said += f", min_p {plan.min_p:g}"
+    return said
+
+
+def _update(plan: LearnPlan) -> str:
+    said = f"lr {plan.lr:g}"
+    if plan.negative_scale == 0:
+        said += ", the episodes above their group's mean reinforced, the others not pushed down"
+    elif plan.negative_scale != 1:
+        said += f", negative advantages x {plan.negative_scale:g}"
+    if plan.kl_coef:
+        said += f", KL {plan.kl_coef:g} to the SFT weights"
     return said
 
 

@@ -104,7 +104,9 @@ def action_logprobs(backend: TorchBackend, task: ToyTask) -> dict[str, float]:
     return out
 
 
-def grpo_steps(backend: TorchBackend, task: ToyTask, mutation: str) -> list[StepStats]:
+def grpo_steps(
+    backend: TorchBackend, task: ToyTask, mutation: str, negative_scale: float = 1.0
+) -> list[StepStats]:
     stats = []
     for version in range(STEPS):
         now = action_logprobs(backend, task)  # on-policy: the rollout logprobs are the policy's own
@@ -114,7 +116,7 @@ def grpo_steps(backend: TorchBackend, task: ToyTask, mutation: str) -> list[Step
         }
         decision = decide(
             [EpisodeResult(e, Reward(value=v), version) for e, v in rewards.items()],
-            GroupPolicy(group_size=len(GROUP)),
+            GroupPolicy(group_size=len(GROUP), negative_scale=negative_scale),
             trainer_version=version,
         )
         assert decision is not None and decision.train
@@ -203,3 +205,38 @@ def test_the_kl_term_holds_the_policy_near_its_start(tiny_model_dir: Path, tmp_p
     assert kls[0.5][0] == pytest.approx(0.0, abs=1e-9)  # the first step's policy is the reference
     assert 0 < kls[0.5][1] < kls[0.5][-1]  # the policy moves away, the KL measures it
     assert 0 < gains[0.5] < gains[0.0], gains  # still learns, held back
+    # a step whose groups carry no reward signal still pays the KL, and takes it: back toward the start
+    records = [task.record(i, word, 0.0, STEPS) for i, word in enumerate(GROUP)]
+    items = [TrainItem(assemble([r]).samples[0], 0.0, i) for i, r in enumerate(records)]
+    drifted = backend.step(items).loss.kl
+    assert backend.step(items).loss.kl < drifted
+
+
+def test_without_negative_advantages_the_winners_alone_raise_the_rewarded_action(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    torch.manual_seed(0)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    task = ToyTask(tiny_model_dir, blobs)
+    backend = TorchBackend(tiny_model_dir, blobs, lr=1e-3)
+    before = action_logprobs(backend, task)
+    weights = [p.detach().clone() for p in backend.model.parameters()]
+    # the losers alone: under negative_scale 0 their advantages are 0 and the weights do not move
+    version = 0
+    records = [task.record(i, "right", before["right"], version) for i in range(2)]
+    losers = decide(
+        [EpisodeResult(r.episode_id, Reward(value=0.0), version) for r in records]
+        + [EpisodeResult(f"w{i}", Reward(value=1.0), version) for i in range(2)],
+        GroupPolicy(group_size=4, negative_scale=0.0),
+        trainer_version=version,
+    )
+    assert losers is not None
+    backend.step(
+        [
+            TrainItem(assemble([r]).samples[0], losers.advantages[r.episode_id], i)
+            for i, r in enumerate(records)
+        ]
+    )
+    assert all(torch.equal(a, b) for a, b in zip(weights, backend.model.parameters(), strict=True))
+    grpo_steps(backend, task, "none", negative_scale=0.0)
+    assert learns(before, action_logprobs(backend, task))

@@ -84,7 +84,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     from cua_stream.demo import tiny_model_dir
     from producers.config import ProducerConfig
 
-    plan = LearnPlan(temperature=0.6, steps=7, passes=3, top_k=20, kl_coef=0.3)
+    plan = LearnPlan(temperature=0.6, steps=7, passes=3, top_k=20, kl_coef=0.3, negative_scale=0.0)
     trainer = convert(
         TrainerConfig,
         "trainer",
@@ -97,6 +97,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
         3,
     )
     assert trainer.loss.kl_coef == 0.3
+    assert trainer.policy.negative_scale == 0.0
     # the run's work samples as the plan says (the filter named only when on)
     work = work_for_group(
         "r", 0, tasks=["click-test"], group_size=2, policy_version=0, sampling=trainer.sampling, now=0
@@ -116,6 +117,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     for field, value, message in [
         ("passes", 0, r"trainer\.passes: must be >= 1"),
         ("kl_coef", -0.1, r"trainer\.kl_coef: must be >= 0"),
+        ("negative_scale", -1.0, r"trainer\.negative_scale: must be >= 0"),
         ("top_k", 0, r"trainer\.top_k: -1 \(off\) or >= 1, not 0"),
         ("top_p", 0.0, r"trainer\.top_p: in \(0, 1\], not 0\.0"),
     ]:
@@ -141,6 +143,7 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
         ("--probe-episodes", "0", "at least 1"),
         ("--min-p", "1", "in [0, 1)"),
         ("--kl-coef", "-1", "0 (off) or more"),
+        ("--negative-scale", "-0.5", "0 (only the winners) or more"),
     ],
 )
 def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:

@@ -13,6 +13,7 @@ from consumers.trainer.grpo import (
     GroupPolicy,
     ReadyGroup,
     advantages,
+    carries_signal,
     decide,
     next_batch,
 )
@@ -36,6 +37,34 @@ def test_advantages_use_the_unbiased_std_over_episodes() -> None:
     assert advantages({"a": 1.0, "b": 1.0}) == {"a": 0.0, "b": 0.0}  # zero std: eps keeps it finite
     with pytest.raises(ValueError, match="finite"):
         advantages({"a": float("nan"), "b": 0.0})
+
+
+def test_negative_scale_weighs_only_the_episodes_under_their_group_mean() -> None:
+    # rewards 1, 0, 0, 0: mean 0.25 (r - mean: 0.75, -0.25), unbiased std 0.5
+    rewards = {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0}
+    grpo = advantages(rewards, std_normalize=False)
+    assert grpo == {"a": 0.75, "b": -0.25, "c": -0.25, "d": -0.25}
+    assert advantages(rewards, std_normalize=False, negative_scale=0.4) == {
+        "a": 0.75, "b": -0.1, "c": -0.1, "d": -0.1,
+    }  # fmt: skip
+    winners = advantages(rewards, negative_scale=0.0)
+    assert winners["a"] == pytest.approx(0.75 / (0.5 + 1e-6))
+    assert [winners[k] for k in "bcd"] == [0.0, 0.0, 0.0]
+    # a group that all failed, or all won, still has no signal; decide passes the scale through
+    assert advantages({"a": 0.0, "b": 0.0}, negative_scale=0.0) == {"a": 0.0, "b": 0.0}
+    decision = decide(
+        [ep(i, r) for i, r in enumerate((1.0, 0.0, 0.0, 1.0))],
+        GroupPolicy(group_size=4, negative_scale=0.0),
+        trainer_version=5,
+    )
+    assert decision is not None and decision.train
+    assert decision.advantages["e1"] == decision.advantages["e2"] == 0.0 < decision.advantages["e0"]
+
+
+def test_a_step_has_a_gradient_when_an_advantage_is_not_0_or_a_kl_anchors_it() -> None:
+    assert carries_signal([0.0, 1.5, -0.5])
+    assert not carries_signal([0.0, 0.0])
+    assert carries_signal([0.0, 0.0], kl_anchor=True)
 
 
 def test_a_group_waits_for_all_its_episodes_then_times_out_with_a_reason() -> None:
@@ -92,3 +121,6 @@ def test_bad_policies_are_refused() -> None:
         GroupPolicy(group_size=0)
     with pytest.raises(ValueError):
         GroupPolicy(group_size=2, max_staleness=-1)
+    for scale in (-0.5, float("nan")):
+        with pytest.raises(ValueError, match="negative_scale"):
+            GroupPolicy(group_size=2, negative_scale=scale)

@@ -64,11 +64,14 @@ class LearnPlan:
     """With the failed episodes' pushes in the loss (``negative_scale`` 1), at 1e-4 and above a step
     moved the tiny policy by 1e-2 to 4e-2 nat per token and the reward fell, so 3e-5 it was — ~35
     steps of AdamW at 3e-5 move a weight about as far as one SFT step (lr 1e-3). Reinforcing only
-    the winners is SFT on the policy's own successes, and takes SFT-like steps (docs/learning.md)."""
+    the winners is SFT on the policy's own successes, and takes SFT-like steps: two seeds of three rose
+    by 0.33; on the third, single steps at 3e-4 sometimes broke the format and the KL pulled it back
+    (docs/learning.md)."""
     kl_coef: float = 0.3
     """trainer.kl_coef: the k3 KL to the SFT weights in GRPO's loss (0: off). Without it, two runs from
     the same SFT weights (seed 1) lost the format: mean reward over the first 10 steps -> the last 10,
-    0.38 -> 0.20 and 0.42 -> 0.19; with 0.3, 0.41 -> 0.45 — held, though not climbing (docs/learning.md)."""
+    0.38 -> 0.20 and 0.42 -> 0.19; with 0.3, 0.41 -> 0.45 — held, though not climbing. It is applied on
+    every step, so a policy one update knocked off its format is pulled back (docs/learning.md)."""
     negative_scale: float = 0.0
     """trainer.negative_scale: the weight of the advantages below a group's mean (1: GRPO; 0: only the
     episodes that beat it are reinforced). A failed click-test episode is a stray digit followed by

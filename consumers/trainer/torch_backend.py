@@ -113,9 +113,8 @@ class TorchBackend:
     def step(self, items: Sequence[TrainItem]) -> StepStats:
         """``passes`` optimizer updates over ``items`` (every sample of the step's episodes); none when
         every advantage is 0 and there is no KL term (``grpo.carries_signal``: the statistics are still
-        measured). After the
-        first update the trainer's logprobs move away from the rollout's and the ratio clip bounds how
-        far: the step's size is set by the clip, not only by the learning rate. The statistics are the
+        measured). After the first update the trainer's logprobs move away from the rollout's and the
+        ratio clip bounds how far: the step's size is set by the clip, not only by the learning rate. The statistics are the
         first pass's (the logprob gap is the sampler's lag), with the last pass's clip fraction."""
         reference = None
         if self.reference is not None:

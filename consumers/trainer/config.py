@@ -57,6 +57,9 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Drop tokens less likely than ``min_p`` times the likeliest (SGLang's ``min_p``; 0: off), like
     ``top_k``."""
     lr: float = 1e-5
+    lr_warmup_steps: int = 0
+    """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;
+    consumers/trainer/schedule.py says why)."""
     passes: int = 1
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
     ratio clip bounds how far a token's probability moves from the sampler's."""
@@ -109,7 +112,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
-        for name in ("max_staleness", "max_steps", "kl_coef", "negative_scale"):
+        for name in ("max_staleness", "max_steps", "kl_coef", "negative_scale", "lr_warmup_steps"):
             if not getattr(self, name) >= 0:  # NaN too
                 raise ConfigError(f"trainer.{name}: must be >= 0")
         if self.top_k == 0 or self.top_k < -1:

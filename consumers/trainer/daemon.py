@@ -51,6 +51,7 @@ from consumers.trainer.grpo import (
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.samples import CallTreeError, Sample, assemble
+from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import engine_version, push_weights
 from cua_stream.blobs import open_blob_store
@@ -116,6 +117,8 @@ class Trainer:
         self.dir = config.checkpoints
         self.metrics = TrainerMetrics()
         self._timings: dict[str, float] = {}
+        self._lr = config.lr
+        """The last step's learning rate (``lr_warmup_steps`` ramps it)."""
         self.state = TrainerState()
         self.metrics_port: int | None = None
 
@@ -366,6 +369,8 @@ class Trainer:
                     self.metrics.staleness.inc(lag=str(st.version - sample.oldest_version))
                 episode += 1
         started = time.perf_counter()
+        self._lr = warmup_lr(self.config.lr, st.step, self.config.lr_warmup_steps)
+        self.backend.set_lr(self._lr)
         stats = await anyio.to_thread.run_sync(self.backend.step, items)
         self._timings["train_s"] = time.perf_counter() - started
         for queued in batch:
@@ -451,6 +456,7 @@ class Trainer:
                 "kl": stats.loss.kl,
                 "trained_tokens": float(stats.loss.tokens),
                 "mean_reward": _mean_reward(batch),
+                "lr": self._lr,
                 **self._timings,  # where the step's time went: train_s (forward/backward), save_s
             },
             finished_at=self.clock(),

@@ -110,6 +110,11 @@ class TorchBackend:
         )
         return logits.new_zeros(ids.shape[1]).index_put((trained,), picked)
 
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of the updates from now on (the trainer's warmup sets it before a step)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def step(self, items: Sequence[TrainItem]) -> StepStats:
         """``passes`` optimizer updates over ``items`` (every sample of the step's episodes); none when
         every advantage is 0 and there is no KL term (``grpo.carries_signal``: the statistics are still

@@ -72,6 +72,9 @@ def learn(
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
     lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 3e-4,
+    lr_warmup_steps: Annotated[
+        int, typer.Option(help="GRPO steps over which the learning rate ramps up to --lr (0: none).")
+    ] = 10,
     passes: Annotated[int, typer.Option(help="Optimizer updates per GRPO step on its batch.")] = 1,
     kl_coef: Annotated[
         float, typer.Option(help="Weight of the KL to the SFT weights in GRPO's loss (0: off).")
@@ -117,6 +120,8 @@ def learn(
         raise typer.BadParameter("'episode' or 'token'", param_hint="--loss-reduction")
     if passes < 1:
         raise typer.BadParameter("at least 1", param_hint="--passes")
+    if lr_warmup_steps < 0:
+        raise typer.BadParameter("0 (none) or more", param_hint="--lr-warmup-steps")
     if kl_coef < 0:
         raise typer.BadParameter("0 (off) or more", param_hint="--kl-coef")
     if not negative_scale >= 0:
@@ -141,7 +146,8 @@ def learn(
         sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None,
         sft_start_success=sft_start_success or None, sft_probe_nll=sft_probe_nll, probe_episodes=probe_episodes,
         steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
-        passes=passes, kl_coef=kl_coef, negative_scale=negative_scale, loss_reduction=loss_reduction,
+        lr_warmup_steps=lr_warmup_steps, passes=passes, kl_coef=kl_coef, negative_scale=negative_scale,
+        loss_reduction=loss_reduction,
         max_parse_errors=max_parse_errors or None,
         temperature=temperature, top_k=top_k, min_p=min_p, concurrency=concurrency,
     )  # fmt: skip
@@ -289,6 +295,8 @@ def _sampling(plan: LearnPlan) -> str:
 
 def _update(plan: LearnPlan) -> str:
     said = f"lr {plan.lr:g}"
+    if plan.lr_warmup_steps:
+        said += f" (ramped up over the first {plan.lr_warmup_steps} steps)"
     if plan.negative_scale == 0:
         said += ", the episodes above their group's mean reinforced, the others not pushed down"
     elif plan.negative_scale != 1:

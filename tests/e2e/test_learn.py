@@ -45,7 +45,7 @@ def test_learn_runs_every_phase_and_writes_its_curve(tmp_path: Path) -> None:
     assert "demonstration token NLL" in said and "after 2 epochs (the last epoch)" in said
     assert "epoch 1: 0% of 1 sampled episodes succeed" in said and "epoch 2: 0% of 1" in said
     assert (
-        "(sampling at temperature 1, min_p 0.1; lr 0.0003, the episodes above their group's mean reinforced, "
+        "(sampling at temperature 1, min_p 0.1; lr 0.0003 (ramped up over the first 10 steps), the episodes above their group's mean reinforced, "
         "the others not pushed down, KL 0.3 to the SFT weights)" in said
     )
     assert "step 2: v2, 1 group(s), 2 episodes" in said

@@ -84,7 +84,9 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     from cua_stream.demo import tiny_model_dir
     from producers.config import ProducerConfig
 
-    plan = LearnPlan(temperature=0.6, steps=7, passes=3, top_k=20, kl_coef=0.3, negative_scale=0.0)
+    plan = LearnPlan(
+        temperature=0.6, steps=7, passes=3, top_k=20, kl_coef=0.3, negative_scale=0.0, lr_warmup_steps=4
+    )
     trainer = convert(
         TrainerConfig,
         "trainer",
@@ -98,6 +100,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     )
     assert trainer.loss.kl_coef == 0.3
     assert trainer.policy.negative_scale == 0.0
+    assert trainer.lr_warmup_steps == 4
     # the run's work samples as the plan says (the filter named only when on)
     work = work_for_group(
         "r", 0, tasks=["click-test"], group_size=2, policy_version=0, sampling=trainer.sampling, now=0
@@ -118,6 +121,7 @@ def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
         ("passes", 0, r"trainer\.passes: must be >= 1"),
         ("kl_coef", -0.1, r"trainer\.kl_coef: must be >= 0"),
         ("negative_scale", -1.0, r"trainer\.negative_scale: must be >= 0"),
+        ("lr_warmup_steps", -1, r"trainer\.lr_warmup_steps: must be >= 0"),
         ("top_k", 0, r"trainer\.top_k: -1 \(off\) or >= 1, not 0"),
         ("top_p", 0.0, r"trainer\.top_p: in \(0, 1\], not 0\.0"),
     ]:
@@ -144,6 +148,7 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
         ("--min-p", "1", "in [0, 1)"),
         ("--kl-coef", "-1", "0 (off) or more"),
         ("--negative-scale", "-0.5", "0 (only the winners) or more"),
+        ("--lr-warmup-steps", "-1", "0 (none) or more"),
     ],
 )
 def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:

@@ -39,8 +39,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_new_tokens: int = 8
     desktop_size: int = 256
     """``fast``: the scripted screenshots' width and height (pixels)."""
-    base_port: int = 39500
-    """The broker, engine, gateway and metrics ports are taken from here upwards."""
+    base_port: int = 29500
+    """The broker, engine, gateway and metrics ports are taken from here upwards. Below Linux's ephemeral
+    range (32768 and up): the daemons are killed and rebind their ports all run long, and a port in that
+    range may meanwhile be handed to an outgoing connection."""
     home: str = ""
     """Where the run's broker data, logs, checkpoints and blobs go; empty: ``<state dir>/chaos/<run>``."""
     duration_s: float = 0.0

@@ -40,7 +40,7 @@ def chaos(
         float | None, typer.Option(help="A soak: run this many seconds, the trainer without a step limit.")
     ] = None,
     sample_every: Annotated[float | None, typer.Option(help="Seconds between resource samples.")] = None,
-    base_port: Annotated[int | None, typer.Option(help="First of the run's ports (default 39500).")] = None,
+    base_port: Annotated[int | None, typer.Option(help="First of the run's ports (default 29500).")] = None,
     home: Annotated[str | None, typer.Option(help="Run directory (broker data, logs, report).")] = None,
     config: ConfigFile = None,
 ) -> None:

@@ -23,10 +23,13 @@ the trainer, SIGKILL the broker and restart it, and poison the outcome topic, al
 
 
 def free_base(span: int = 30) -> int:
-    """A base port with ``span`` free ports above it."""
+    """A base port with ``span`` free ports above it, below the kernel's ephemeral range: the daemons are
+    killed and rebind their ports all run long, and a port in that range can meanwhile be handed to any
+    outgoing connection (a Kafka client's), and the restarted daemon then cannot listen."""
     rng = random.Random()
+    ephemeral_from = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     while True:
-        base = rng.randrange(20000, 60000)
+        base = rng.randrange(10000, ephemeral_from - span)
         try:
             for port in range(base, base + span):
                 with socket.socket() as s:

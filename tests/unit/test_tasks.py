@@ -14,6 +14,7 @@ from harbor.models.task.task import Task
 from cua_stream.tasks import TASKS, task_dir
 from cua_stream.tasks.pages import BANNER_H, PAGE_H, PAGE_W, Layout, layout, render
 from cua_stream.tasks.policies import Step, find_color, oracle_action, oracle_plan, progress, reply_text
+from cua_stream.tasks.ready import PAGE_BACKGROUND
 from cua_stream.tasks.server import TaskState, handler
 from cua_stream.tasks.verdict import reward
 
@@ -54,6 +55,8 @@ def test_click_test_is_solved_by_a_fixed_click_and_nothing_else_is() -> None:
 def test_the_page_shows_the_goal_and_every_label() -> None:
     lay = layout("click-button", 5)
     page = render(lay)
+    # the ready probe looks for the page's background on the screen
+    assert f"background:#{PAGE_BACKGROUND.hex()}'" in page
     assert lay.goal in page and all(e.label in page for e in lay.elements)
     follow = layout("follow-link", 5)
     assert "Confirm" in render(follow, follow.answer)
@@ -63,7 +66,7 @@ def test_the_page_shows_the_goal_and_every_label() -> None:
 def test_every_bundled_task_is_a_harbor_task_with_a_start_url(task: str) -> None:
     loaded = Task(task_dir(task))
     assert loaded.config.metadata["start_url"] == "http://127.0.0.1:8000/"
-    assert loaded.config.metadata["ready_probe"].endswith(" http://127.0.0.1:8000/painted")
+    assert loaded.config.metadata["ready_probe"].endswith(" -m cua_stream.tasks.ready --port 8000")
     assert (task_dir(task) / "tests" / "test.sh").stat().st_mode & 0o111
     assert f"--task {task} " in (task_dir(task) / "environment" / "start.sh").read_text()
 

@@ -65,9 +65,12 @@ def learn(
         typer.Option(help="End SFT once sampled episodes on new layouts succeed this often (0: no probing)."),
     ] = 0.25,
     sft_probe_nll: Annotated[
-        float, typer.Option(help="Probe SFT's weights after each epoch from this demonstrations' NLL down.")
-    ] = 0.3,
+        float, typer.Option(help="Probe SFT's weights from this demonstrations' NLL down.")
+    ] = 0.25,
     probe_episodes: Annotated[int, typer.Option(help="Sampled episodes per SFT probe.")] = 16,
+    probes_per_epoch: Annotated[
+        int, typer.Option(help="SFT probes per epoch, at equal shares of it (its end included).")
+    ] = 2,
     steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
     group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
     groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
@@ -134,6 +137,8 @@ def learn(
         raise typer.BadParameter("above 0", param_hint="--sft-probe-nll")
     if probe_episodes < 1:
         raise typer.BadParameter("at least 1", param_hint="--probe-episodes")
+    if probes_per_epoch < 1:
+        raise typer.BadParameter("at least 1", param_hint="--probes-per-epoch")
     if top_k == 0 or top_k < -1:
         raise typer.BadParameter("-1 (all tokens) or at least 1", param_hint="--top-k")
     if not 0 <= min_p < 1:
@@ -145,6 +150,7 @@ def learn(
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None,
         sft_start_success=sft_start_success or None, sft_probe_nll=sft_probe_nll, probe_episodes=probe_episodes,
+        probes_per_epoch=probes_per_epoch,
         steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
         lr_warmup_steps=lr_warmup_steps, passes=passes, kl_coef=kl_coef, negative_scale=negative_scale,
         loss_reduction=loss_reduction,
@@ -226,7 +232,7 @@ def _sft_end(plan: LearnPlan) -> str:
     if plan.sft_start_success:
         ends.append(
             f"until {plan.probe_episodes} sampled episodes on new layouts succeed {plan.sft_start_success:.0%} "
-            f"of the time (probed after each epoch from NLL {plan.sft_probe_nll:g})"
+            f"of the time (probed {_per_epoch(plan.probes_per_epoch)} from NLL {plan.sft_probe_nll:g})"
         )
     if plan.sft_target_nll:
         ends.append(f"until the demonstrations' token NLL is {plan.sft_target_nll:g}")
@@ -258,16 +264,16 @@ class _Prober:
                                    gateway_port=self.ports[1], logs=self.logs)
             )  # fmt: skip
         work = instance_work(
-            f"{self.run}-sft-e{epoch.epoch}", list(plan.tasks), plan.probe_layouts(),
+            f"{self.run}-sft-e{epoch.epoch:g}", list(plan.tasks), plan.probe_layouts(),
             sampling=sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p),
             now=time.time(),
         )  # fmt: skip
-        scores = anyio.run(self._episodes, weights, epoch.epoch, work)
+        scores = anyio.run(self._episodes, weights, len(self.history) + 1, work)
         success = statistics.fmean(success_by_task(work, scores).values())
         self.history.append({"epoch": epoch.epoch, "nll": epoch.nll or 0.0, "success": success})
         enough = plan.warm_enough(success)
         out.print(
-            f"    epoch {epoch.epoch}: {success:.0%} of {len(work)} sampled episodes succeed"
+            f"    epoch {epoch.epoch:g}: {success:.0%} of {len(work)} sampled episodes succeed"
             + (" — GRPO starts here" if enough else "")
         )
         return enough
@@ -282,6 +288,16 @@ class _Prober:
             await push_weights(http, engine_url=self.serving.engine_url, gateway_url=self.serving.gateway_url,
                                weights=weights, version=version)  # fmt: skip
         return await run_episodes(self.producer, work)
+
+
+def _per_epoch(n: int) -> str:
+    return (
+        "after each epoch"
+        if n == 1
+        else "halfway through each epoch and after it"
+        if n == 2
+        else (f"{n} times an epoch")
+    )
 
 
 def _sampling(plan: LearnPlan) -> str:
@@ -329,7 +345,7 @@ def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str,
             f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"
             + ("" if e.nll is None else f", NLL after it {e.nll:.3f}")
         ),
-        probe=Probe(plan.sft_probe_nll, prober) if plan.sft_start_success else None,
+        probe=Probe(plan.sft_probe_nll, prober, plan.probes_per_epoch) if plan.sft_start_success else None,
     )
     ended = (
         "the start reached" if result.probed_enough
@@ -337,7 +353,7 @@ def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str,
     )  # fmt: skip
     out.print(
         f"    demonstration token NLL {result.nll_before:.2f} -> {result.nll_after:.3f} after "
-        f"{len(result.epochs)} epochs ({ended})"
+        f"{result.epochs[-1].epoch:g} epochs ({ended})"
     )
     return result.out
 

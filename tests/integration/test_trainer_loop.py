@@ -53,6 +53,7 @@ async def test_three_steps_change_the_weights_the_engine_serves(
         max_steps=3,
         max_new_tokens=3,  # some replies are cut (reward 0), most are not: rewards differ in a group
         lr=1e-3,
+        lr_warmup_steps=2,
         checkpoint_dir=str(tmp_path / "ckpt"),
         blob_dir=gateway.blob_dir,
         engine_url=gateway.engine_url,
@@ -82,6 +83,9 @@ async def test_three_steps_change_the_weights_the_engine_serves(
     assert all(s.n_groups == 1 and s.n_episodes == 2 for s in steps)
     # the trainer scores the engine's own tokens: at step 1 both sides hold the same weights
     assert steps[0].metrics["logprob_gap"] < 1e-3
+    # the warmup's ramp, step by step, and the optimizer left at the full rate
+    assert [s.metrics["lr"] for s in steps] == pytest.approx([5e-4, 1e-3, 1e-3])
+    assert trainer.backend.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
     versions = [d.event async for d in scan(bus_config, POLICY) if isinstance(d.event, PolicyVersion)]
     assert sorted(v.version for v in versions) == [1, 2, 3]
     turns = [d.event async for d in scan(bus_config, TURNS) if isinstance(d.event, TurnEvent)]

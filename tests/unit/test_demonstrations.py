@@ -147,7 +147,7 @@ def test_a_probe_judges_saved_weights_and_ends_sft_where_it_says(tmp_path: Path)
     demos = demonstrations([score("good", Reward(value=1.0))], calls_of("good"))
     config = SftConfig(run_ids=["r"], model_path=str(tiny_model_dir()), out_dir=str(tmp_path / "out"), epochs=5,
                        lr=1e-3)  # fmt: skip
-    judged: list[tuple[int, float | None, bool]] = []
+    judged: list[tuple[float, float | None, bool]] = []
 
     def at_epoch_2(weights: Path, epoch: EpochStats) -> bool:
         judged.append((epoch.epoch, epoch.nll, (weights / "model.safetensors").exists()))
@@ -163,3 +163,29 @@ def test_a_probe_judges_saved_weights_and_ends_sft_where_it_says(tmp_path: Path)
     judged.clear()
     whole = train(config, demos, probe=Probe(from_nll=1e-6, enough=at_epoch_2))
     assert not whole.probed_enough and len(whole.epochs) == 5 and judged == []
+
+    # judged within an epoch too: halfway through its batches (one sample each), then at its end
+    halves = msgspec.structs.replace(config, batch_size=1)
+    two = demonstrations([score("good", Reward(value=1.0)), score("also", Reward(value=1.0))],
+                         calls_of("good") + calls_of("also"))  # fmt: skip
+    assert len(two.samples) == 2
+    judged.clear()
+    early = train(
+        halves, two, probe=Probe(100.0, lambda w, e: at_epoch_2(w, e) or e.epoch == 1.5, per_epoch=2)
+    )
+    assert [e for e, _, _ in judged] == [0.5, 1, 1.5] and early.probed_enough
+    assert [e.epoch for e in early.epochs] == [1, 1.5] and early.nll_after == judged[-1][1]
+
+
+def test_a_probe_is_judged_at_equal_shares_of_an_epoch() -> None:
+    from consumers.trainer.sft_run import Probe
+
+    def never(weights: Path, epoch: object) -> bool:
+        return False
+
+    assert Probe(1.0, never, per_epoch=2).points(6) == {3, 6}
+    assert Probe(1.0, never, per_epoch=3).points(4) == {1, 3, 4}
+    assert Probe(1.0, never).points(6) == {6}
+    assert Probe(1.0, never, per_epoch=2).points(1) == {1}  # one batch: judged at the end only
+    with pytest.raises(ValueError, match="per_epoch: 1 or more, not 0"):
+        Probe(1.0, never, per_epoch=0)

@@ -149,6 +149,7 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
         ("--kl-coef", "-1", "0 (off) or more"),
         ("--negative-scale", "-0.5", "0 (only the winners) or more"),
         ("--lr-warmup-steps", "-1", "0 (none) or more"),
+        ("--probes-per-epoch", "0", "at least 1"),
     ],
 )
 def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:

@@ -55,8 +55,8 @@ class Probe:
     enough: Callable[[Path, EpochStats], bool]
     per_epoch: int = 1
     """Judgements per epoch, at equal shares of its batches (the last at its end). One epoch of
-    ``learn``'s SFT took a seed's sampled success from 6 % to 69 %: judged once an epoch, where SFT stops is
-    that coarse."""
+    ``learn``'s SFT took a seed's sampled success from 6 % to 69 %: judged once an epoch, where SFT
+    stops is that coarse."""
 
     def __post_init__(self) -> None:
         if self.per_epoch < 1:

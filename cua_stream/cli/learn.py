@@ -291,13 +291,11 @@ class _Prober:
 
 
 def _per_epoch(n: int) -> str:
-    return (
-        "after each epoch"
-        if n == 1
-        else "halfway through each epoch and after it"
-        if n == 2
-        else (f"{n} times an epoch")
-    )
+    if n == 1:
+        return "after each epoch"
+    if n == 2:
+        return "halfway through each epoch and after it"
+    return f"{n} times an epoch"
 
 
 def _sampling(plan: LearnPlan) -> str:

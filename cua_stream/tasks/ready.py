@@ -8,7 +8,8 @@ display as computer-1 does (``import -window root``) and passes once the lower h
 mostly the page's own background (``pages.render``'s), which no blank or half-navigated browser shows.
 
 Run inside the episode's environment: ``python -m cua_stream.tasks.ready --port 8000`` exits 0 when
-ready, 1 when not yet. Standard library only.
+ready, 1 when not yet. Standard library only. The tasks' probe asks ``/painted`` with curl first, so
+the interpreter starts only once the page says it drew (the probe is polled every 0.1 s).
 """
 
 from __future__ import annotations

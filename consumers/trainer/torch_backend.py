@@ -152,6 +152,8 @@ class TorchBackend:
             return StepStats(
                 loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})
             )
+        if not carries_signal(item.advantage for item in items):
+            self._forget_momentum()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
@@ -161,6 +163,17 @@ class TorchBackend:
             samples=len(items),
             episodes=len({item.episode for item in items}),
         )
+
+    def _forget_momentum(self) -> None:
+        """Before a step whose only gradient is the KL anchor's (no group carried a reward signal): AdamW
+        moves by its momentum, not by the gradient, so such a step would otherwise repeat ~90 % of the last
+        rewarded update, and a run of them (batches where every group won) adds those up. In
+        ``cua-stream learn`` each such run was followed by a KL jump (0.02 to 0.1-0.4 nat per token) and a
+        fall in reward. With the momentum forgotten the step is the KL's own gradient, scaled by Adam's
+        running second moment: small when the policy is near its anchor, large when it has drifted."""
+        for state in self.optimizer.state.values():
+            if "exp_avg" in state:
+                state["exp_avg"].zero_()
 
     def sft_step(self, samples: Sequence[Sample]) -> tuple[float, int, float]:
         """One optimizer step of cross-entropy on ``samples``' trained tokens: (loss, tokens, grad norm)."""

@@ -240,3 +240,25 @@ def test_without_negative_advantages_the_winners_alone_raise_the_rewarded_action
     assert all(torch.equal(a, b) for a, b in zip(weights, backend.model.parameters(), strict=True))
     grpo_steps(backend, task, "none", negative_scale=0.0)
     assert learns(before, action_logprobs(backend, task))
+
+
+def test_a_step_without_reward_signal_turns_back_rather_than_replaying_the_last_update(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    torch.manual_seed(0)
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    task = ToyTask(tiny_model_dir, blobs)
+    backend = TorchBackend(tiny_model_dir, blobs, lr=1e-3, loss=LossConfig(kl_coef=0.5))
+
+    def weights() -> torch.Tensor:
+        return torch.cat([p.detach().flatten().clone() for p in backend.model.parameters()])
+
+    start = weights()
+    grpo_steps(backend, task, "none")  # rewarded updates: AdamW's momentum points their way
+    moved = weights()
+    # every group of the batch won (or lost) alike: no reward signal, only the KL anchor's gradient
+    records = [task.record(i, "left", 0.0, STEPS) for i in range(len(GROUP))]
+    backend.step([TrainItem(assemble([r]).samples[0], 0.0, i) for i, r in enumerate(records)])
+    turn = torch.nn.functional.cosine_similarity(moved - start, weights() - moved, dim=0)
+    # with AdamW's momentum kept, this step went on the same way (cosine 0.47, longer than a rewarded step)
+    assert turn < 0, float(turn)

@@ -134,7 +134,8 @@ class TorchBackend:
 
     def _update(self, items: Sequence[TrainItem], reference: torch.Tensor | None) -> StepStats:
         self.optimizer.zero_grad(set_to_none=True)
-        signal = carries_signal((item.advantage for item in items), kl_anchor=self.reference is not None)
+        rewarded = carries_signal(item.advantage for item in items)
+        signal = rewarded or self.reference is not None  # with a KL its anchor is a signal too
         with torch.set_grad_enabled(signal):
             logprobs = torch.cat([self.token_logprobs(item.sample) for item in items])
             rollout = torch.cat(
@@ -152,7 +153,7 @@ class TorchBackend:
             return StepStats(
                 loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})
             )
-        if not carries_signal(item.advantage for item in items):
+        if not rewarded:
             self._forget_momentum()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
@@ -168,9 +169,9 @@ class TorchBackend:
         """Before a step whose only gradient is the KL anchor's (no group carried a reward signal): AdamW
         moves by its momentum, not by the gradient, so such a step would otherwise repeat ~90 % of the last
         rewarded update, and a run of them (batches where every group won) adds those up. In
-        ``cua-stream learn`` each such run was followed by a KL jump (0.02 to 0.1-0.4 nat per token) and a
-        fall in reward. With the momentum forgotten the step is the KL's own gradient, scaled by Adam's
-        running second moment: small when the policy is near its anchor, large when it has drifted."""
+        ``cua-stream learn`` each of a run's KL jumps (0.02 to 0.1-0.4 nat per token, then a fall in reward)
+        came one to three steps after such a batch. With the momentum forgotten the step follows the KL's
+        own gradient (under Adam's running scale) rather than the last update."""
         for state in self.optimizer.state.values():
             if "exp_avg" in state:
                 state["exp_avg"].zero_()

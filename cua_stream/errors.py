@@ -66,6 +66,14 @@ class InvalidIdentity(RecordError):
     reason = "invalid_identity"
 
 
+class UntrainableRecord(RecordError):
+    """A record that decodes but breaks what the trainer relies on (its episode's call tree, version
+    spans, lengths, token ids or images, or a reward that is not a finite number): its group is dropped
+    and the record dead-lettered, instead of crash-looping the trainer."""
+
+    reason = "untrainable"
+
+
 class TransformFailed(RecordError):
     """A stage's handler raised on this record (which decoded fine); the message names the exception."""
 
@@ -200,6 +208,7 @@ POLICY: dict[type[CuaError], Action] = {
     UnexpectedRecordType: Action.DEAD_LETTER,
     InvalidIdentity: Action.DEAD_LETTER,
     TransformFailed: Action.DEAD_LETTER,
+    UntrainableRecord: Action.DEAD_LETTER,
     BlobError: Action.CRASH,
     BlobNotFound: Action.DEAD_LETTER,
     BlobCorrupted: Action.CRASH,

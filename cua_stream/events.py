@@ -25,7 +25,7 @@ import enum
 import sys
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -136,10 +136,15 @@ class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
     dataset: str | None = None
 
 
+Sha256 = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+"""A content hash as the blob store names blobs: 64 lowercase hex digits. Checked at decode, so a hash
+can never carry markup into a page that shows the image (a dashboard once ran a script from one)."""
+
+
 class ImageRef(msgspec.Struct, frozen=True, kw_only=True):
     """A screenshot held in the blob store (claim-check): the event carries only its hash."""
 
-    sha256: str
+    sha256: Sha256
     size: int
     width: int
     height: int

@@ -10,6 +10,7 @@ calls and episodes are kept in fixed windows.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,7 +118,8 @@ class Board:
                     "n_turns": event.n_turns,
                     "seconds": round(event.finished_at - event.started_at, 2),
                 }
-                self.finished_per_minute[int(event.finished_at // 60)] += 1
+                if math.isfinite(event.finished_at):  # a record's time is whatever its writer put there
+                    self.finished_per_minute[int(event.finished_at // 60)] += 1
             case ScoreEvent():
                 verdict = event.verdict
                 label = (

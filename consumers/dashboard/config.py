@@ -25,11 +25,28 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """The gateway's blob store, for the episode view's screenshots; empty: ``<state dir>/blobs``."""
     model_path: str = ""
     """The served model's directory: its tokenizer shows each call's completion as text (empty: ids)."""
+    max_streams: int = 64
+    """Live streams (open pages) served at once; more are answered 503 with Retry-After. Each holds a
+    connection: ~20,500 uncapped ones had exhausted the process's file descriptors."""
+    stream_send_timeout_s: float = 30.0
+    """A stream whose client has not taken a write for this long (it stopped reading) is closed."""
+    stream_max_s: float = 600.0
+    """Every stream ends after this long; the browser reconnects by itself (a forgotten tab, a client
+    that vanished without a FIN, holds its slot no longer than this)."""
+    max_connections: int = 256
+    """Connections of any kind at once (uvicorn's ``limit_concurrency``); beyond, 503 at once."""
     bus: BusConfig = BusConfig()
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ConfigError("dashboard.port: must be 0..65535")
+        if self.max_streams < 1:
+            raise ConfigError("dashboard.max_streams: must be >= 1")
+        if self.max_connections <= self.max_streams:
+            raise ConfigError("dashboard.max_connections: must be more than dashboard.max_streams")
+        for name in ("stream_send_timeout_s", "stream_max_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"dashboard.{name}: must be > 0")
         for name in ("start", "end"):
             try:
                 Bound.parse(getattr(self, name), default="beginning")

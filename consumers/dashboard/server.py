@@ -1,23 +1,35 @@
 """The dashboard's I/O: a reader that folds every topic into the board (live, or a replayed range), and
-the web app: the page, its server-sent events, an episode's detail, and screenshots from the blob store."""
+the web app: the page, its server-sent events, an episode's detail, and screenshots from the blob store.
+
+The records are written by whoever reaches the broker, and the page is served to whoever reaches the
+port, so: every JSON body is strict JSON (a NaN in a record is the string "NaN", never a bare token that
+turns the answer into a 500 or the stream into an unparsable event); the page renders record strings as
+text under a Content-Security-Policy that allows only its own script; live streams are capped
+(``max_streams``, 503 beyond, the refusals logged once a minute), a stream that cannot be written for
+``stream_send_timeout_s`` is closed and every stream ends after ``stream_max_s`` (the browser reconnects);
+token ids outside the vocabulary are shown as such; any unexpected error is a JSON 500.
+"""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
 import anyio
-from fastapi import FastAPI, HTTPException
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers.dashboard.board import Board
 from consumers.dashboard.config import DashboardConfig
 from cua_stream.blobs import open_blob_store
+from cua_stream.bus.codec import json_line
 from cua_stream.bus.consumer import (
     decode_message,
     make_kafka_consumer,
@@ -33,6 +45,113 @@ log = logging.getLogger(__name__)
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 PUSH_EVERY_S = 1.0
+STREAM_RETRY_MS = 2000
+"""How soon a browser reconnects a stream the server ended (``stream_max_s``, a restart)."""
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+_ASSETS = {"/": ("page.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
+           "/app.css": ("app.css", "text/css")}  # fmt: skip
+
+
+class StrictJSON(JSONResponse):
+    """JSON that a browser's parser takes: non-finite floats as "NaN" / "Infinity" / "-Infinity"."""
+
+    def render(self, content: Any) -> bytes:
+        return json_line(content).encode()
+
+
+class Refusals:
+    """Counts refused streams; logs the first of a burst at once, then at most one line a minute."""
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s, self.clock = every_s, clock
+        self.total = 0
+        self._unlogged = 0
+        self._logged_at = -float("inf")
+
+    def refused(self, limit: int) -> None:
+        self.total += 1
+        self._unlogged += 1
+        if self.clock() - self._logged_at >= self.every_s:
+            log.warning("refused %d live-stream connection(s): %d open (dashboard.max_streams)",
+                        self._unlogged, limit)  # fmt: skip
+            self._unlogged, self._logged_at = 0, self.clock()
+
+
+class SecurityHeaders:
+    """ASGI middleware: ``SECURITY_HEADERS`` on every response (a plain wrapper of ``send``, so streams
+    keep their back-pressure and disconnects)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
+
+
+class EventStream(StreamingResponse):
+    """Server-sent events from ``frames``, ended by the client's disconnect, a write that does not
+    complete in ``send_timeout_s`` (a client that stopped reading), or ``max_s``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        frames: AsyncGenerator[str],
+        *,
+        send_timeout_s: float,
+        max_s: float,
+        on_close: Callable[[], object] = lambda: None,
+    ) -> None:
+        super().__init__(frames, media_type=self.media_type, headers={"Cache-Control": "no-cache"})
+        self.frames, self.send_timeout_s, self.max_s, self.on_close = frames, send_timeout_s, max_s, on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._stream(receive, send)
+        finally:
+            self.on_close()
+            with anyio.CancelScope(shield=True):
+                await self.frames.aclose()
+
+    async def _stream(self, receive: Receive, send: Send) -> None:
+        with anyio.fail_after(self.send_timeout_s):
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        async with anyio.create_task_group() as tg:
+
+            async def until_disconnected() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(until_disconnected)
+            with anyio.move_on_after(self.max_s):
+                try:
+                    async for frame in self.frames:
+                        with anyio.fail_after(self.send_timeout_s):
+                            await send(
+                                {"type": "http.response.body", "body": frame.encode(), "more_body": True}
+                            )
+                except TimeoutError:
+                    log.info("closed a live stream whose client stopped reading")
+                    tg.cancel_scope.cancel()
+            with anyio.move_on_after(self.send_timeout_s):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            tg.cancel_scope.cancel()
 
 
 async def check_source(config: DashboardConfig) -> int:
@@ -60,9 +179,15 @@ async def read_into(board: Board, config: DashboardConfig, done: anyio.Event) ->
     end = Bound.parse(config.end, default="end") if config.end else None
     async for msg in read_topics(config.bus, list(by_name), start=start, end=end):
         try:
-            board.add(decode_message(by_name, msg).event)
+            event = decode_message(by_name, msg).event
         except RecordError:
             board.dead_letters["undecodable (seen by the dashboard)"] += 1
+            continue
+        try:
+            board.add(event)
+        except Exception as e:  # one odd record must not stop the page: counted, and the reading goes on
+            log.warning("%s[%d]@%d could not be shown: %r", msg.topic, msg.partition, msg.offset, e)
+            board.dead_letters[f"not shown by the dashboard ({type(e).__name__})"] += 1
     done.set()  # a replayed range is on the board whole
 
 
@@ -81,39 +206,60 @@ def build_app(config: DashboardConfig, board: Board | None = None) -> FastAPI:
 
     app = FastAPI(title="cua-stream dashboard", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.board = board
+    app.state.streams = 0
+    app.state.refusals = refusals = Refusals()
 
-    @app.get("/", response_class=HTMLResponse)
-    async def page() -> str:
-        return resources.files("consumers.dashboard").joinpath("page.html").read_text()
+    app.add_middleware(SecurityHeaders)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> StrictJSON:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return StrictJSON({"detail": f"internal error ({type(error).__name__})"}, status_code=500)
+
+    for path, (name, mime) in _ASSETS.items():
+        app.add_api_route(path, _asset(name, mime), methods=["GET"], include_in_schema=False)
 
     @app.get("/api/summary")
-    async def summary() -> JSONResponse:
-        return JSONResponse({**board.summary(), **_source(config, done)})
+    async def summary() -> StrictJSON:
+        return StrictJSON({**board.summary(), **_source(config, done)})
 
     @app.get("/api/stream")
-    async def stream() -> StreamingResponse:
-        async def events() -> AsyncIterator[str]:
+    async def stream() -> Response:
+        if app.state.streams >= config.max_streams:
+            refusals.refused(config.max_streams)
+            return StrictJSON(
+                {"detail": f"{config.max_streams} live streams are open (dashboard.max_streams); try later"},
+                status_code=503,
+                headers={"Retry-After": "5"},
+            )
+
+        async def frames() -> AsyncGenerator[str]:
+            yield f"retry: {STREAM_RETRY_MS}\n\n"
             seen = -1
             while True:
                 if board.records != seen:
                     seen = board.records
-                    yield f"data: {json.dumps({**board.summary(), **_source(config, done)})}\n\n"
+                    yield f"data: {json_line({**board.summary(), **_source(config, done)})}\n\n"
                 else:
                     yield ": idle\n\n"  # a comment line keeps proxies from closing a quiet stream
                 await anyio.sleep(PUSH_EVERY_S)
 
-        return StreamingResponse(
-            events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        def closed() -> None:
+            app.state.streams -= 1
+
+        app.state.streams += 1  # counted before any await: a burst cannot slip past the cap
+        return EventStream(
+            frames(), send_timeout_s=config.stream_send_timeout_s, max_s=config.stream_max_s, on_close=closed
         )
 
     @app.get("/api/episodes/{episode_id}")
-    async def episode(episode_id: str) -> JSONResponse:
+    async def episode(episode_id: str) -> StrictJSON:
         ep = board.episodes.get(episode_id)
         if ep is None:
             raise HTTPException(
                 404, f"episode {episode_id!r} is not among the {len(board.episodes)} recent ones"
             )
-        return JSONResponse(
+        return StrictJSON(
             {
                 "episode_id": ep.episode_id, "group_id": ep.group_id, "task": ep.task, "verdict": ep.verdict,
                 "outcome": ep.outcome,
@@ -146,13 +292,40 @@ def _source(config: DashboardConfig, done: anyio.Event) -> dict[str, Any]:
     return {"source": {"prefix": config.bus.topic_prefix, "mode": mode, "complete": done.is_set()}}
 
 
-def _decoder(model_path: str) -> Any:
+def _asset(name: str, mime: str) -> Callable[[], Any]:
+    async def serve() -> Response:
+        return Response(resources.files("consumers.dashboard").joinpath(name).read_text(), media_type=mime)
+
+    return serve
+
+
+def _decoder(model_path: str) -> Callable[[Sequence[int]], str]:
     if not model_path:
         return lambda ids: " ".join(map(str, ids))
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    return lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+    return lambda ids: readable(
+        ids, lambda run: tokenizer.decode(run, skip_special_tokens=False), len(tokenizer)
+    )
+
+
+def readable(ids: Sequence[int], decode: Callable[[list[int]], str], vocab_size: int) -> str:
+    """``ids`` as text: runs of ids in the vocabulary decoded, any other shown as ``⟨bad token id N⟩``
+    (a -1 in a record had made the episode view a 500)."""
+    out: list[str] = []
+    run: list[int] = []
+    for token in ids:
+        if 0 <= token < vocab_size:
+            run.append(token)
+            continue
+        if run:
+            out.append(decode(run))
+            run = []
+        out.append(f"⟨bad token id {token}⟩")
+    if run:
+        out.append(decode(run))
+    return "".join(out)
 
 
 def _mime(data: bytes) -> str:

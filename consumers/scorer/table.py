@@ -7,7 +7,8 @@ decides. The rule set is the failure-scoring contract (docs/contracts.md):
   the sandbox lost mid-episode, the session server draining (503), the sandbox never coming up;
 - every other failure is **scored 0** with a reason that names it (token cap, context overflow, other
   session-server statuses, verifier failures, raw SDK/transport errors);
-- a clean finish gets the **verifier's reward**;
+- a clean finish gets the **verifier's reward**; a reward that is not a finite number (NaN, ±inf) scores 0
+  as ``invalid_reward`` (one NaN would make every advantage of its group NaN);
 - an exception type this table does not know scores 0 as ``unclassified:<type>``: never silently a valid
   reward (Harbor's own error-policy table, ``harbor/models/trial/error_policy.py``, grades an unlisted
   type and calls its reward valid).

@@ -47,16 +47,19 @@ from consumers.trainer.grpo import (
     decide,
     drop,
     next_batch,
+    non_finite_rewards,
 )
-from consumers.trainer.join import GroupState, Join
+from consumers.trainer.join import Coordinates, GroupState, Join
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.samples import CallTreeError, Sample, assemble
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import engine_version, push_weights
 from cua_stream.blobs import open_blob_store
+from cua_stream.bus.codec import dead_letter
 from cua_stream.bus.consumer import (
     decode_message,
+    handler_action,
     make_kafka_consumer,
     partitions_of,
     require_topics,
@@ -64,12 +67,31 @@ from cua_stream.bus.consumer import (
     stop_consumer,
 )
 from cua_stream.bus.producer import EventProducer
-from cua_stream.bus.reader import scan
-from cua_stream.errors import ConfigError, EngineUnavailable, EngineUnreachable, RecordError
-from cua_stream.events import Event, GroupDropped, PolicyVersion, TrainStep, WorkRequest, from_json, to_json
+from cua_stream.bus.reader import read_record, scan
+from cua_stream.errors import (
+    Action,
+    ConfigError,
+    EngineUnavailable,
+    EngineUnreachable,
+    RecordError,
+    UntrainableRecord,
+)
+from cua_stream.events import (
+    CallRecord,
+    DeadLetter,
+    Event,
+    GroupDropped,
+    PolicyVersion,
+    TrainStep,
+    WorkRequest,
+    encode,
+    from_json,
+    headers_for,
+    to_json,
+)
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
-from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
+from cua_stream.topics import DLQ, POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +121,17 @@ class TrainerState:
     queue: list[Queued] = field(default_factory=list)
     drops: list[GroupDropped] = field(default_factory=list)
     """Drops decided since the last checkpoint (published with it)."""
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    """The records at fault in the groups dropped as ``invalid_records`` since the last checkpoint
+    (published with it, so a restart neither loses nor repeats one)."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A record a group was dropped for, and why."""
+
+    at: Coordinates
+    error: str
 
 
 class Trainer:
@@ -148,14 +181,14 @@ class Trainer:
         """Publish the checkpoint's pending records that the log does not hold yet."""
         if not pending:
             return
+        events = [from_json(raw) for raw in pending]
         present: set[tuple[str, object]] = set()
-        for spec in (TRAIN_STEPS, POLICY):
+        for spec in {_topic_of(e) for e in events}:
             async for d in scan(self.config.bus, spec):
                 present.add(_identity(d.event))
-        for raw in pending:
-            event = from_json(raw)
+        for event in events:
             if _identity(event) not in present:
-                await producer.publish(TRAIN_STEPS if not isinstance(event, PolicyVersion) else POLICY, event)
+                await producer.publish(_topic_of(event), event)
 
     async def _issued_in_log(self, producer: EventProducer, decided: set[str]) -> int:
         """One past the highest group index of this run on the work topic; the requests of a group it
@@ -252,7 +285,7 @@ class Trainer:
                             completed.append(complete)
                 await set_barriers(consumer, join, completed)
                 positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
-                self._decide(join, positions)
+                await self._decide(join, positions)
                 while take := next_batch(
                     [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in st.queue],
                     cfg.episodes_per_step,
@@ -262,7 +295,7 @@ class Trainer:
                     if cfg.max_steps and st.step >= cfg.max_steps:
                         break
             positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
-            if st.drops:  # drops decided since the last step: commit and publish them too
+            if st.drops or st.dead_letters:  # decided since the last step: commit and publish them too
                 await self._commit([], join, positions, producer, http, weights_changed=False)
         finally:
             await stop_consumer(consumer)
@@ -293,17 +326,19 @@ class Trainer:
             undecided += 1
             self.metrics.groups_issued.inc()
 
-    def _decide(self, join: Join, positions: dict[tuple[str, int], int]) -> None:
+    async def _decide(self, join: Join, positions: dict[tuple[str, int], int]) -> None:
         cfg, st = self.config, self.state
         queued = {q.group.group_id for q in st.queue}
         for group in join.ready(positions):
             if group.group_id in queued:
                 continue
-            decision, samples = self._evaluate(group)
+            decision, samples, faults = await self._evaluate(group)
             if decision.train:
                 st.queue.append(Queued(group, decision, samples))
             else:
                 self._drop(join, group, decision)
+                for fault in faults:
+                    st.dead_letters.append(await self._dead_letter(fault, group))
         for group in join.timed_out(self.clock(), cfg.group_timeout_s):
             scored = [
                 EpisodeResult(episode_id, episode.score.verdict, st.version)
@@ -312,26 +347,74 @@ class Trainer:
             ]
             self._drop(join, group, decide(scored, cfg.policy, trainer_version=st.version, timed_out=True))
 
-    def _evaluate(self, group: GroupState) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]]]:
+    async def _evaluate(
+        self, group: GroupState
+    ) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]], list[Fault]]:
+        """The group's decision and samples; a group whose records break what training relies on is
+        dropped (``invalid_records``) with the records at fault, never a crash of the trainer: one such
+        record had stopped it at every restart."""
+        try:
+            return await self._assess(group)
+        except CallTreeError as e:
+            return drop(DropReason.INVALID_RECORDS, str(e)), {}, self._faults(group, e)
+        except Exception as e:
+            if handler_action(e) is not Action.DEAD_LETTER:
+                raise  # the trainer's own failures (a blob store that is down) are not the group's
+            log.exception("group %s cannot be trained; dropped", group.group_id)
+            return drop(DropReason.INVALID_RECORDS, f"{type(e).__name__}: {e}"), {}, []
+
+    async def _assess(
+        self, group: GroupState
+    ) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]], list[Fault]]:
         results: list[EpisodeResult] = []
         samples: dict[str, tuple[Sample, ...]] = {}
         for episode_id, episode in group.episodes.items():
             if episode.score is None:
                 continue
             calls = [c for c in episode.calls if c.attempt == episode.score.attempt]  # the scored attempt's
-            try:
-                built = assemble(calls, max_seq_len=self.config.max_seq_len)
-            except CallTreeError as e:
-                log.warning("episode %s: %s; it trains nothing", episode_id, e)
-                built = None
-            samples[episode_id] = built.samples if built else ()
+            built = assemble(calls, max_seq_len=self.config.max_seq_len, vocab=self.backend.vocabulary())
+            await self._check_images(calls)
+            samples[episode_id] = built.samples
             oldest = min((s.oldest_version for s in samples[episode_id]), default=self.state.version)
             results.append(EpisodeResult(episode_id, episode.score.verdict, oldest))
         decision = decide(results, self.config.policy, trainer_version=self.state.version)
         assert decision is not None  # the group is complete
+        if bad := non_finite_rewards(results):
+            faults = [Fault(at, decision.detail) for e in bad if (at := group.episodes[e].score_at)]
+            return decision, samples, faults
         if decision.train and not any(samples[e] for e in decision.advantages):
             decision = drop(DropReason.NO_SAMPLES)
-        return decision, samples
+        return decision, samples, []
+
+    async def _check_images(self, calls: list[CallRecord]) -> None:
+        """CallTreeError naming the first call whose screenshot is not in the blob store (the step would
+        fail on it, and again after every restart)."""
+        blobs = self.backend.blobs
+        for call in calls:
+            for ref in call.images:
+                if not await anyio.to_thread.run_sync(blobs.exists, ref.sha256):
+                    raise CallTreeError(
+                        f"call {call.call_id}: image {ref.sha256} is not in the blob store", [call.call_id]
+                    )
+
+    def _faults(self, group: GroupState, error: CallTreeError) -> list[Fault]:
+        where = {c: at for episode in group.episodes.values() for c, at in episode.where.items()}
+        return [Fault(where[c], str(error)) for c in error.call_ids if c in where]
+
+    async def _dead_letter(self, fault: Fault, group: GroupState) -> DeadLetter:
+        """The DeadLetter of the record at ``fault``, read again from its topic (its bytes as they are on
+        the log); if it is no longer there (retention), the decoded record encoded again."""
+        topic, partition, offset = fault.at
+        msg = await read_record(self.config.bus, topic, partition, offset)
+        error = UntrainableRecord(f"group {group.group_id}: {fault.error}")
+        if msg is not None:
+            key, value, headers = msg.key, msg.value, tuple(msg.headers)
+        else:
+            event = _record_at(group, fault.at)
+            key, value, headers = group.group_id.encode(), encode(event), tuple(headers_for(event))
+        return dead_letter(
+            error, topic=topic, partition=partition, offset=offset, key=key, value=value, headers=headers
+        )
 
     def _drop(self, join: Join, group: GroupState, decision: GroupDecision | None) -> None:
         assert decision is not None and decision.reason is not None
@@ -410,6 +493,7 @@ class Trainer:
                 )
             )
         outputs += st.drops
+        outputs += st.dead_letters
         checkpoint = ckpt.Checkpoint(
             run_id=cfg.run_id,
             step=st.step,
@@ -427,8 +511,8 @@ class Trainer:
             except EngineUnreachable as e:  # the engine watch loads them when it is back
                 log.warning("%s; training goes on", e)
         for event in outputs:  # d.
-            await producer.publish(POLICY if isinstance(event, PolicyVersion) else TRAIN_STEPS, event)
-        st.drops = []
+            await producer.publish(_topic_of(event), event)
+        st.drops, st.dead_letters = [], []
         for event in outputs:
             if isinstance(event, TrainStep):
                 self.on_step(event)
@@ -542,7 +626,27 @@ def _identity(event: object) -> tuple[str, object]:
         return ("version", (event.run_id, event.version))
     if isinstance(event, GroupDropped):
         return ("drop", (event.run_id, event.group_id))
+    if isinstance(event, DeadLetter):
+        return ("dead_letter", (event.source_topic, event.partition, event.offset))
     return ("other", id(event))
+
+
+def _record_at(group: GroupState, at: Coordinates) -> Event:
+    """The decoded record of ``group`` read at ``at`` (a call or a score)."""
+    for episode in group.episodes.values():
+        if episode.score is not None and episode.score_at == at:
+            return episode.score
+        for call in episode.calls:
+            if episode.where.get(call.call_id) == at:
+                return call
+    raise KeyError(f"no record of group {group.group_id} at {at}")
+
+
+def _topic_of(event: Event) -> TopicSpec:
+    """Where the trainer publishes ``event``."""
+    if isinstance(event, PolicyVersion):
+        return POLICY
+    return DLQ if isinstance(event, DeadLetter) else TRAIN_STEPS
 
 
 async def serve(

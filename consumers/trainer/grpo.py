@@ -42,6 +42,11 @@ class DropReason(enum.StrEnum):
     TIMEOUT = "timeout"
     NO_SAMPLES = "no_samples"
     """No episode of the group left a trainable sample (every one too long, or nothing recorded)."""
+    INVALID_RECORDS = "invalid_records"
+    """An episode's records break what training relies on (a call tree with a cycle or an unknown
+    parent, version spans that do not cover a completion, a token id outside the vocabulary, image pads
+    that do not match the images, a missing image, a reward that is not a finite number); the detail
+    says which, and the records at fault are dead-lettered."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,8 @@ def decide(
         if not timed_out:
             return None
         return drop(DropReason.TIMEOUT, f"{len(episodes)} of {policy.group_size} episodes finished in time")
+    if bad := non_finite_rewards(episodes):  # the scorer never writes one; another writer may
+        return drop(DropReason.INVALID_RECORDS, f"the reward of {', '.join(bad)} is not a finite number")
     discards = [e for e in episodes if isinstance(e.verdict, Discard)]
     kept = [e for e in episodes if isinstance(e.verdict, Reward)]
     if discards and policy.on_discard == "drop_group":
@@ -129,6 +136,13 @@ def decide(
             epsilon=policy.epsilon,
             negative_scale=policy.negative_scale,
         )
+    )
+
+
+def non_finite_rewards(episodes: Iterable[EpisodeResult]) -> list[str]:
+    """The episodes whose reward is NaN or infinite (one would make every advantage of its group NaN)."""
+    return sorted(
+        e.episode_id for e in episodes if isinstance(e.verdict, Reward) and not math.isfinite(e.verdict.value)
     )
 
 

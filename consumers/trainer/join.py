@@ -26,12 +26,17 @@ from cua_stream.events import CallRecord, ScoreEvent
 
 TopicPartition = tuple[str, int]
 """(topic name, partition)."""
+Coordinates = tuple[str, int, int]
+"""(topic name, partition, offset) of a record: where to read it again (to dead-letter it)."""
 
 
 @dataclass
 class EpisodeState:
     calls: list[CallRecord] = field(default_factory=list)
     score: ScoreEvent | None = None
+    where: dict[str, Coordinates] = field(default_factory=dict)
+    """Each call's record, by call id."""
+    score_at: Coordinates | None = None
 
 
 @dataclass
@@ -78,12 +83,14 @@ class Join:
             if episode.score is not None:
                 return None  # the scorer scores an episode once; a replayed duplicate changes nothing
             episode.score = event
+            episode.score_at = (delivery.topic, delivery.partition, delivery.offset)
             if group.scored == self.group_size and group.barrier is None:
                 self._complete[group.group_id] = group
                 return group
             return None
-        if all(c.call_id != event.call_id for c in episode.calls):  # at-least-once delivery: dedup
+        if event.call_id not in episode.where:  # at-least-once delivery: dedup
             episode.calls.append(event)
+            episode.where[event.call_id] = (delivery.topic, delivery.partition, delivery.offset)
         return None
 
     def expect(self, group_id: str, now: float) -> GroupState:

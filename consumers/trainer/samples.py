@@ -27,17 +27,35 @@ context it saw. Every sample of an episode shares the episode's reward (applied 
 from __future__ import annotations
 
 import array
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cua_stream.events import CallKind, CallRecord, ImageRef, Logprobs, TokenIds
+from cua_stream.events import CallKind, CallRecord, ImageRef, Logprobs, TokenIds, VersionSpan
 
 NO_VERSION = -1
 """Weight version of a token the policy did not sample (prompt, observation, template glue)."""
 
 
 class CallTreeError(ValueError):
-    """The records do not form a call tree (a parent is missing, a call repeats, lengths disagree)."""
+    """The records break what assembly relies on: they do not form a call tree (a parent is missing, a
+    call repeats, parents form a cycle), or a call is inconsistent in itself (lengths disagree, version
+    spans do not cover its completion, a token id or logprob that cannot be). ``call_ids``: the calls at
+    fault (their records are dead-lettered)."""
+
+    def __init__(self, message: str, call_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.call_ids = tuple(call_ids)
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a sample must agree with in the model that trains it."""
+
+    size: int
+    image_token_id: int
+    merge_size: int
+    """Patches merged per side into one image token (Qwen-VL: 2, so a grid row's t*h*w / 4 pads)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +102,11 @@ class Assembly:
     """Leaf call ids dropped because their first completion does not fit in ``max_seq_len``."""
 
 
-def assemble(records: Iterable[CallRecord], *, max_seq_len: int | None = None) -> Assembly:
-    """The samples of one episode attempt from its turn and summary records (any order)."""
+def assemble(
+    records: Iterable[CallRecord], *, max_seq_len: int | None = None, vocab: Vocabulary | None = None
+) -> Assembly:
+    """The samples of one episode attempt from its turn and summary records (any order); CallTreeError
+    if they break what assembly (and, with ``vocab``, the model) relies on."""
     calls = sorted(records, key=lambda r: r.seq)
     if not calls:
         return Assembly((), (), ())
@@ -93,16 +114,18 @@ def assemble(records: Iterable[CallRecord], *, max_seq_len: int | None = None) -
     children: dict[str | None, list[CallRecord]] = {}
     for call in calls:
         if call.call_id in by_id:
-            raise CallTreeError(f"call {call.call_id} is recorded twice")
+            raise CallTreeError(f"call {call.call_id} is recorded twice", [call.call_id])
         if (call.run_id, call.episode_id) != (calls[0].run_id, calls[0].episode_id):
-            raise CallTreeError(f"call {call.call_id} belongs to another episode")
-        if len(call.completion_logprobs) != len(call.completion_ids):
-            raise CallTreeError(f"call {call.call_id}: logprobs and completion ids differ in length")
+            raise CallTreeError(f"call {call.call_id} belongs to another episode", [call.call_id])
+        check_call(call, vocab)
         by_id[call.call_id] = call
         children.setdefault(call.parent_call_id, []).append(call)
     for call in calls:
         if call.parent_call_id is not None and call.parent_call_id not in by_id:
-            raise CallTreeError(f"call {call.call_id} extends {call.parent_call_id}, which is not recorded")
+            raise CallTreeError(
+                f"call {call.call_id} extends {call.parent_call_id}, which is not recorded", [call.call_id]
+            )
+    _check_acyclic(by_id)
     leaves = [c for c in calls if c.call_id not in children]
     dropped = [leaf for leaf in leaves if _has_later_sibling(leaf, children)]
     kept = [leaf for leaf in leaves if leaf not in dropped]  # in seq order: first committed first
@@ -119,6 +142,75 @@ def assemble(records: Iterable[CallRecord], *, max_seq_len: int | None = None) -
         else:
             samples.append(sample)
     return Assembly(tuple(samples), tuple(c.call_id for c in dropped), tuple(too_long))
+
+
+def check_call(call: CallRecord, vocab: Vocabulary | None = None) -> None:
+    """CallTreeError unless ``call`` is consistent in itself: one finite logprob per completion id, no
+    negative token id, and version spans that tile its completion exactly (or none: one version for the
+    call). A span starting at -1 had crashed the trainer at every restart. With ``vocab``, also what the
+    model needs: token ids in its vocabulary, and image pads only in the prompt, as many as its images'
+    recorded grids make (a shifted or missing pad pairs pixels with the wrong tokens)."""
+    fault = _fault(call) or (_vocabulary_fault(call, vocab) if vocab is not None else None)
+    if fault:
+        raise CallTreeError(f"call {call.call_id}: {fault}", [call.call_id])
+
+
+def _fault(call: CallRecord) -> str | None:
+    n = len(call.completion_ids)
+    if len(call.completion_logprobs) != n:
+        return f"{len(call.completion_logprobs)} logprobs for {n} completion ids"
+    if not all(map(math.isfinite, call.completion_logprobs)):
+        return "a logprob is not a finite number"
+    if min(call.prompt_ids, default=0) < 0 or min(call.completion_ids, default=0) < 0:
+        return "a negative token id"
+    if call.weight_versions and not _tiles(call.weight_versions, n):
+        spans = ", ".join(f"[{s.start}, {s.end})" for s in call.weight_versions[:8])
+        return f"version spans {spans} do not cover its {n} completion tokens exactly"
+    return None
+
+
+def _vocabulary_fault(call: CallRecord, vocab: Vocabulary) -> str | None:
+    top = max(max(call.prompt_ids, default=0), max(call.completion_ids, default=0))
+    if top >= vocab.size:
+        return f"token id {top} is outside the vocabulary of {vocab.size}"
+    if vocab.image_token_id in call.completion_ids:
+        return "an image pad among the completion tokens"
+    grids = [ref.grid_thw for ref in call.images]
+    if all(g is not None for g in grids):
+        want = sum(t * h * w for t, h, w in grids) // vocab.merge_size**2  # type: ignore[misc]
+        have = call.prompt_ids.count(vocab.image_token_id)
+        if have != want:
+            return f"{have} image pads for {len(grids)} image(s) whose grids make {want}"
+    return None
+
+
+def _tiles(spans: Sequence[VersionSpan], n: int) -> bool:
+    """``spans`` cover [0, n) in order, each non-empty (a lone [0, 0) for an empty completion)."""
+    if n == 0:
+        return all(s.start == s.end == 0 for s in spans)
+    at = 0
+    for span in spans:
+        if span.start != at or span.end <= span.start:
+            return False
+        at = span.end
+    return at == n
+
+
+def _check_acyclic(by_id: dict[str, CallRecord]) -> None:
+    """CallTreeError if parents form a cycle (walking up a lineage would never reach a root)."""
+    done: set[str] = set()
+    for start in by_id:
+        path: list[str] = []
+        on_path: set[str] = set()
+        at: str | None = start
+        while at is not None and at not in done:
+            if at in on_path:
+                cycle = path[path.index(at) :]
+                raise CallTreeError(f"calls {' -> '.join(cycle)} -> {at} form a cycle", cycle)
+            path.append(at)
+            on_path.add(at)
+            at = by_id[at].parent_call_id
+        done.update(path)
 
 
 def _has_later_sibling(leaf: CallRecord, children: dict[str | None, list[CallRecord]]) -> bool:

@@ -19,7 +19,7 @@ import torch
 from consumers.trainer.grpo import carries_signal
 from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats, policy_loss
-from consumers.trainer.samples import Sample
+from consumers.trainer.samples import Sample, Vocabulary
 from consumers.trainer.sft import sft_loss
 from cua_stream.blobs import BlobStore
 from cua_stream.engine.forward import prompt_position_ids, token_logprobs
@@ -109,6 +109,14 @@ class TorchBackend:
             token_logprobs(logits[0], self.temperature).gather(1, ids[0, trained].unsqueeze(1)).squeeze(1)
         )
         return logits.new_zeros(ids.shape[1]).index_put((trained,), picked)
+
+    def vocabulary(self) -> Vocabulary:
+        """What a sample must agree with to go through this model (``samples.check_call``)."""
+        return Vocabulary(
+            size=int(self.model.config.text_config.vocab_size),
+            image_token_id=self.image_token_id,
+            merge_size=int(self.processor.image_processor.merge_size),
+        )
 
     def set_lr(self, lr: float) -> None:
         """The learning rate of the updates from now on (the trainer's warmup sets it before a step)."""

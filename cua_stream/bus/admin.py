@@ -9,6 +9,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import TopicAlreadyExistsError
 
+from cua_stream.bus.connect import start_client
 from cua_stream.config import BusConfig
 from cua_stream.topics import ALL, TopicSpec
 
@@ -45,7 +46,7 @@ class TopicAdmin:
         )
 
     async def __aenter__(self) -> TopicAdmin:
-        await self._admin.start()
+        await start_client(self._admin.start, self.config, self._admin.close)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -46,6 +46,13 @@ broker's default message size (1 MiB), whatever the source record weighed (a 12 
 gzip-compressed, a 3 MiB key): a dead letter that cannot be produced would stop its stage for good."""
 _PREFIX = 4096
 """Bytes kept of a part that does not fit."""
+DEAD_LETTER_HEADERS = 64
+"""Headers a dead letter lists at most. Kafka bounds a record's headers only by the batch size, and a
+226 KB gzip batch can carry 200,000 small ones: listed one by one (each trimmed part with its own size
+and hash) they made a 53 MB dead letter the broker refused, and the scorer crash-looped on it. Past this
+many, or past the byte budget, the rest are one ``headers[i:]`` entry in ``trimmed``."""
+_NAME = 256
+"""Bytes kept of a header name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +173,15 @@ def dead_letter(
 
     kept_value = fit("value", value)
     kept_key = fit("key", key)
-    kept_headers = tuple((name[:256], fit(f"header:{name[:256]}", v) or b"") for name, v in headers)
+    kept_headers: list[tuple[str, bytes]] = []
+    for i, (name, v) in enumerate(headers):
+        if i == DEAD_LETTER_HEADERS:
+            trimmed.append(_rest_of_headers(headers, i))
+            break
+        short = _text(name)[:_NAME]
+        budget -= len(short.encode())
+        kept_headers.append((short, fit(f"header:{short}", v) or b""))
+    listed = len(kept_headers)
     return DeadLetter(
         run_id=run_id.decode(errors="replace")[:256] if run_id else "",
         reason=error.reason,
@@ -176,11 +191,27 @@ def dead_letter(
         offset=offset,
         key=kept_key,
         value=kept_value,
-        headers=kept_headers,
-        null_headers=tuple(i for i, (_, v) in enumerate(headers) if v is None),
+        headers=tuple(kept_headers),
+        null_headers=tuple(i for i, (_, v) in enumerate(headers[:listed]) if v is None),
         trimmed=tuple(trimmed),
         at=time.time(),
     )
+
+
+def _text(name: str | bytes) -> str:
+    return name.decode(errors="replace") if isinstance(name, bytes) else name
+
+
+def _rest_of_headers(headers: Headers, start: int) -> Trimmed:
+    """One ``trimmed`` entry for headers ``start..``: how many, their bytes, and a hash over them (each
+    name and value length-prefixed, so different header lists never hash alike)."""
+    digest, size = hashlib.sha256(), 0
+    for name, v in headers[start:]:
+        for part in (_text(name).encode(), v):
+            data = b"" if part is None else part
+            digest.update((-1 if part is None else len(data)).to_bytes(8, "big", signed=True) + data)
+            size += len(data)
+    return Trimmed(part=f"headers[{start}:{len(headers)}]", size=size, sha256=digest.hexdigest())
 
 
 def json_line(doc: Any) -> str:

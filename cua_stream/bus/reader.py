@@ -131,6 +131,16 @@ async def read_topics(
         await stop_consumer(consumer)
 
 
+async def read_record(config: BusConfig, topic: str, partition: int, offset: int) -> ConsumerRecord | None:
+    """The committed record at ``offset`` of ``topic``'s ``partition``, or None if it is gone (retention)
+    or was never committed."""
+    start, end = Bound("offset", offset), Bound("offset", offset + 1)
+    async for msg in read_raw(config, topic, start=start, end=end, partitions=[partition]):
+        if msg.offset == offset:
+            return msg
+    return None
+
+
 async def scan(
     config: BusConfig, spec: TopicSpec, partitions: Iterable[int] | None = None
 ) -> AsyncIterator[Delivery]:

@@ -46,4 +46,5 @@ def dashboard(
     partitions = anyio.run(check_source, cfg)  # an unreachable broker or missing topics: one line, exit 2
     print(f"dashboard on http://{cfg.host}:{cfg.port}/ ({partitions} partitions of {cfg.bus.topic_prefix}.*)",
           file=sys.stderr)  # fmt: skip
-    uvicorn.run(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning")
+    uvicorn.run(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning",
+                limit_concurrency=cfg.max_connections)  # fmt: skip

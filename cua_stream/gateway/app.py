@@ -30,7 +30,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from cua_stream.auth import OPEN_PATHS, bearer_token, matches
-from cua_stream.gateway.openai_format import Reply, error_body
+from cua_stream.gateway.openai_format import Reply, decode_body, error_body
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.service import Gateway
 from cua_stream.gateway.session import SessionSpec
@@ -56,12 +56,7 @@ async def _body(request: Request, *, allow_empty: bool = False) -> Any:
     raw = await request.body()
     if not raw and allow_empty:
         return {}
-    try:
-        return msgspec.json.decode(raw)
-    except msgspec.DecodeError as e:
-        raise Refusal(400, f"request body is not valid JSON: {e}") from None
-    except RecursionError:
-        raise Refusal(400, "request body is nested too deeply") from None
+    return decode_body(raw)
 
 
 async def _until_disconnected(request: Request) -> None:

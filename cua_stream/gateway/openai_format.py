@@ -60,6 +60,16 @@ def stream_body(completion: dict[str, Any]) -> bytes:
     return b"data: " + _json.encode(chunk) + b"\n\ndata: [DONE]\n\n"
 
 
+def decode_body(raw: bytes) -> Any:
+    """A request's JSON body (Refusal 400 saying why it is not one: bad JSON, nested too deeply)."""
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as e:
+        raise Refusal(400, f"request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise Refusal(400, "request body is nested too deeply") from None
+
+
 def error_body(status: int, message: str, code: str = "invalid_request") -> dict[str, Any]:
     kind = "invalid_request_error" if status < 500 else "server_error"
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}

@@ -2,25 +2,42 @@
 ``POST /policies/{oracle|nothing|idle}/{task}/{seed}/v1/chat/completions`` (what LiteLLM sends to an
 ``api_base``). The task and seed in the path are the episode's: the oracle rebuilds the layout from them.
 
-``cua-stream policies`` serves it; ``record-oracle`` points the gateway's ``teacher_url`` at it.
+``cua-stream policies`` serves it; ``record-oracle`` points the gateway's ``teacher_url`` at it. A server
+too: a request that is not a chat completion gets a 400 in the gateway's JSON error shape saying why
+(bad JSON, a body or ``messages`` of the wrong shape, an image that is not strict base64, not an image,
+truncated or over the pixel limit: the project's one image rule, ``cua_stream.images``), never a
+plain-text 500; screenshots are decoded in a worker thread, so ``/health`` answers meanwhile.
 """
 
 from __future__ import annotations
 
-import base64
 import io
 import time
 import uuid
 from typing import Any
 
+import anyio.to_thread
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from cua_stream.errors import ImageDataError, Refusal
+from cua_stream.gateway.openai_format import decode_body, error_body
+from cua_stream.images import b64decode_strict, check_pixels, data_url_payload
 from cua_stream.tasks.pages import TASKS, layout
 from cua_stream.tasks.policies import do_nothing_action, idle_action, oracle_action, reply_text
 
 POLICIES = ("oracle", "nothing", "idle")
+
+
+def chat_messages(body: Any) -> list[dict[str, Any]]:
+    """The request's ``messages``, checked to be a list of objects (Refusal 400 otherwise)."""
+    if not isinstance(body, dict):
+        raise Refusal(400, f"request body must be a JSON object, not {type(body).__name__}")
+    messages = body.get("messages", [])
+    if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
+        raise Refusal(400, "messages must be a list of message objects")
+    return messages
 
 
 def _replies(messages: list[dict[str, Any]]) -> list[str]:
@@ -29,23 +46,50 @@ def _replies(messages: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def latest_screenshot(messages: list[dict[str, Any]]) -> np.ndarray | None:
-    """The last image of the conversation as RGB pixels (None if there is none)."""
-    from PIL import Image
-
+def latest_image_url(messages: list[dict[str, Any]]) -> str | None:
+    """The data URL of the conversation's last image (None if there is none)."""
     for message in reversed(messages):
         content = message.get("content")
-        parts = content if isinstance(content, list) else []
-        for part in reversed(parts):
-            url = (part.get("image_url") or {}).get("url", "") if isinstance(part, dict) else ""
-            if url.startswith("data:"):
-                data = base64.b64decode(url.split(",", 1)[1])
-                return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        for part in reversed(content if isinstance(content, list) else []):
+            image = part.get("image_url") if isinstance(part, dict) else None
+            url = image.get("url") if isinstance(image, dict) else None
+            if isinstance(url, str) and url.startswith("data:"):
+                return url
     return None
+
+
+def decode_screenshot(url: str) -> np.ndarray:
+    """RGB pixels of a data URL: strict base64, the size checked from the header before any pixel is
+    decoded (a 9.9 KB PNG can claim 9000x9000), then decoded whole. ImageDataError saying why not."""
+    from PIL import Image
+
+    data = b64decode_strict(data_url_payload(url))
+    try:
+        image = Image.open(io.BytesIO(data))
+        check_pixels(image.width, image.height)
+        return np.asarray(image.convert("RGB"))
+    except ImageDataError:
+        raise
+    except Exception as e:  # untrusted bytes: any decoder failure is the request's fault
+        raise ImageDataError(f"cannot decode the image ({type(e).__name__}: {e})") from None
+
+
+def latest_screenshot(messages: list[dict[str, Any]]) -> np.ndarray | None:
+    """The last image of the conversation as RGB pixels (None if there is none)."""
+    url = latest_image_url(messages)
+    return None if url is None else decode_screenshot(url)
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse(error_body(status, message), status_code=status)
 
 
 def create_app() -> FastAPI:
     app = FastAPI(title="cua-stream scripted policies", docs_url=None, redoc_url=None)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        return _error(500, f"internal error ({type(error).__name__}: {error})")
 
     @app.get("/health")
     async def health() -> JSONResponse:
@@ -54,23 +98,31 @@ def create_app() -> FastAPI:
     @app.post("/policies/{policy}/{task}/{seed}/v1/chat/completions")
     async def complete(policy: str, task: str, seed: int, request: Request) -> JSONResponse:
         if policy not in POLICIES or task not in TASKS:
-            return JSONResponse({"error": {"message": f"unknown policy {policy!r} or task {task!r}"}}, 404)
-        body = await request.json()
-        messages = body.get("messages") or []
-        replies = _replies(messages)
-        if policy == "nothing":
-            action = do_nothing_action(replies)
-        elif policy == "idle":
-            action = idle_action(replies)
-        else:
-            action = oracle_action(layout(task, seed), replies, latest_screenshot(messages))
+            return _error(404, f"unknown policy {policy!r} or task {task!r}")
+        try:
+            body = decode_body(await request.body())
+            messages = chat_messages(body)
+            replies = _replies(messages)
+            if policy == "nothing":
+                action = do_nothing_action(replies)
+            elif policy == "idle":
+                action = idle_action(replies)
+            else:
+                url = latest_image_url(messages)
+                pixels = None if url is None else await anyio.to_thread.run_sync(decode_screenshot, url)
+                action = oracle_action(layout(task, seed), replies, pixels)
+        except Refusal as r:
+            return _error(r.status, r.message)
+        except ImageDataError as e:
+            return _error(400, f"image_url: {e}")
         content = reply_text(action)
+        model = body.get("model")
         return JSONResponse(
             {
                 "id": f"chatcmpl-{uuid.uuid4().hex}",
                 "object": "chat.completion",
                 "created": int(time.time()),
-                "model": body.get("model", policy),
+                "model": model if isinstance(model, str) else policy,
                 "choices": [
                     {
                         "index": 0,

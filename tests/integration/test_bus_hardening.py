@@ -118,6 +118,26 @@ async def test_a_poison_pill_too_big_to_dead_letter_whole_is_trimmed_and_scoring
     assert scorer.processor.stats.dead_lettered == 2 and scorer.processor.stats.aborts == 0
 
 
+async def test_a_record_with_200000_headers_is_dead_lettered_and_scoring_goes_on(
+    bus_config: BusConfig,
+) -> None:
+    headers = [(f"h{i:06d}", b"v") for i in range(200_000)]  # ~2.4 MB of headers, small once gzipped
+    await raw_send(
+        bus_config,
+        [
+            (b"\x00not an outcome", b"g3", headers, 0),
+            (encode(outcome(4)), b"g4", headers_for(outcome(4)), 0),
+        ],
+        compression_type="gzip",
+        max_request_size=32 * 1024 * 1024,
+    )
+    scorer = await score(bus_config, 2)  # before: a 53 MB dead letter, five aborts, exit 2, forever
+    assert [d.event.episode_id for d in await scores_of(bus_config)] == ["ep-004"]
+    (letter,) = [d.event for d in await read_events(bus_config, DLQ, 1)]
+    assert isinstance(letter, DeadLetter) and letter.trimmed[-1].part == "headers[64:200000]"
+    assert scorer.processor.stats.dead_lettered == 1 and scorer.processor.stats.aborts == 0
+
+
 async def test_null_header_values_are_carried_everywhere(bus_config: BusConfig, tmp_path: Path) -> None:
     good = outcome(1)
     await raw_send(

@@ -15,6 +15,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from cua_stream.bus.codec import (
     DEAD_LETTER_BUDGET,
+    DEAD_LETTER_HEADERS,
     dead_letter,
     decode_record,
     encode_record,
@@ -79,6 +80,41 @@ def test_a_dead_letter_always_fits_and_says_what_was_cut() -> None:
     }
     assert value.startswith(back.value) and key.startswith(back.key) and len(back.value) > 0
     assert back.null_headers == (2,) and back.headers[2] == ("null", b"") and back.run_id == "r1"
+
+
+@pytest.mark.parametrize("count", [28_000, 200_000])
+def test_a_dead_letter_of_a_record_with_countless_headers_still_fits(count: int) -> None:
+    # Before: every header listed, each small one trimmed with its own size and hash once the budget was
+    # spent: 7.3 MB for 28,000 headers, 53 MB for 200,000 (a 226 KB gzip batch the broker accepts), and
+    # the scorer crash-looped on the record.
+    headers = (("run_id", b"r1"), ("trace", None), *((f"h{i:06d}", b"x" * 20) for i in range(count)))
+    letter = dead_letter(
+        UndecodableRecord("junk"), topic="t", partition=0, offset=3, key=b"k", value=b"v", headers=headers
+    )
+    encoded = encode(letter)
+    assert len(encoded) < DEAD_LETTER_BUDGET + 64 * 1024
+    back = decode(encoded)
+    assert isinstance(back, DeadLetter)
+    assert back.headers[:2] == (("run_id", b"r1"), ("trace", b"")) and back.null_headers == (1,)
+    assert len(back.headers) == DEAD_LETTER_HEADERS and back.run_id == "r1"
+    (rest,) = back.trimmed
+    assert rest.part == f"headers[{DEAD_LETTER_HEADERS}:{len(headers)}]"
+    assert rest.size == sum(len(k) + len(v or b"") for k, v in headers[DEAD_LETTER_HEADERS:])
+    assert len(rest.sha256) == 64
+    other = dead_letter(
+        UndecodableRecord("junk"), topic="t", partition=0, offset=3, key=b"k", value=b"v",
+        headers=(*headers[:-1], ("h-other", b"x" * 20)),
+    )  # fmt: skip
+    assert other.trimmed[0].sha256 != rest.sha256  # the hash tells the lists apart
+
+
+def test_huge_header_names_and_values_are_cut_to_fit() -> None:
+    headers = tuple((("n" * 100_000) + str(i), os.urandom(300_000)) for i in range(40))
+    letter = dead_letter(
+        UndecodableRecord("junk"), topic="t", partition=0, offset=3, key=None, value=b"v", headers=headers
+    )
+    assert len(encode(letter)) < DEAD_LETTER_BUDGET + 64 * 1024
+    assert all(len(name) <= 256 for name, _ in letter.headers)
 
 
 def test_a_small_dead_letter_keeps_every_byte() -> None:

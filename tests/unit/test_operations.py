@@ -93,6 +93,35 @@ async def test_an_unreachable_broker_is_retried_then_one_clear_error() -> None:
 
 
 @pytest.mark.anyio
+@pytest.mark.parametrize("client", ["producer", "consumer", "admin"])
+async def test_a_listener_that_never_answers_is_given_up_at_the_connect_timeout(client: str) -> None:
+    # Before: the client waited out its 30 s request timeout whatever bus.connect_timeout_s said.
+    from cua_stream.bus.admin import TopicAdmin
+    from cua_stream.bus.consumer import make_kafka_consumer, start_consumer, stop_consumer
+    from cua_stream.bus.producer import EventProducer
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # accepts (the kernel completes the handshake) and never says a word
+        config = BusConfig(bootstrap_servers=f"127.0.0.1:{silent.getsockname()[1]}", connect_timeout_s=2)
+        started = time.monotonic()
+        with pytest.raises(BusUnavailable, match=r"tried for 2 s"):
+            if client == "producer":
+                async with EventProducer(config):
+                    pass
+            elif client == "admin":
+                async with TopicAdmin(config):
+                    pass
+            else:
+                consumer = make_kafka_consumer(config, group_id=None)
+                try:
+                    await start_consumer(consumer, config)
+                finally:
+                    await stop_consumer(consumer)
+        assert time.monotonic() - started < 8
+
+
+@pytest.mark.anyio
 async def test_a_busy_metrics_port_is_a_config_error() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

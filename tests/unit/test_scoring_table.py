@@ -231,6 +231,8 @@ CASES: list[Case] = [
     case("no-reward", "finished", zero("no_reward")),
     case("empty-rewards", "finished", zero("no_reward"), rewards={}),
     case("nan-reward", "finished", zero("invalid_reward"), rewards={"reward": math.nan}),
+    case("inf-reward", "finished", zero("invalid_reward"), rewards={"reward": math.inf}),
+    case("minus-inf-reward", "finished", zero("invalid_reward"), rewards={"reward": -math.inf}),
 ]  # fmt: skip
 
 

@@ -4,6 +4,7 @@ gateway stamps the session's attempt on every record and the trainer trains the 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from consumers.trainer.join import Join
+from consumers.trainer.samples import Vocabulary
+from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Reward, ScoreEvent
 from tests.unit.gateway_support import Harness, qwen_processor, renderer, user_turn
@@ -19,10 +22,16 @@ from tests.unit.test_trainer_samples import call
 __all__ = ["qwen_processor", "renderer"]  # fixtures
 
 
-def test_the_trainer_trains_the_scored_attempts_calls_only(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_the_trainer_trains_the_scored_attempts_calls_only(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")  # the model is never loaded here
     config = TrainerConfig(run_id="r", model_path=str(tmp_path), group_size=1, checkpoint_dir=str(tmp_path))
     trainer = Trainer(config)
+    # what the decision reads of the backend: its vocabulary and blob store
+    trainer.backend = SimpleNamespace(  # type: ignore[assignment]
+        vocabulary=lambda: Vocabulary(size=1000, image_token_id=999, merge_size=2),
+        blobs=LocalBlobStore(tmp_path / "blobs"),
+    )
     join = Join("r", group_size=1, call_topics=["t"])
     crashed = [
         msgspec.structs.replace(call(i, i - 1 if i else None, [1], [10 + i]), attempt=0) for i in range(3)
@@ -39,10 +48,10 @@ def test_the_trainer_trains_the_scored_attempts_calls_only(tmp_path: Path) -> No
                        policy_version=0, scored_at=0)  # fmt: skip
     group = join.add(Delivery(score, "s", 0, 0, None, b"", (), 0), now=0)
     assert group is not None
-    decision, samples = trainer._evaluate(group)
+    decision, samples, faults = await trainer._evaluate(group)
     (sample,) = samples["e"]
     assert list(sample.tokens) == [2, 20, 2, 21]  # attempt 1's calls; attempt 0's never reached an outcome
-    assert decision.train
+    assert decision.train and faults == []
 
 
 @pytest.mark.anyio

@@ -74,6 +74,15 @@ def test_a_group_waits_for_all_its_episodes_then_times_out_with_a_reason() -> No
     assert timed_out is not None and timed_out.reason is DropReason.TIMEOUT and "2 of 3" in timed_out.detail
 
 
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_a_reward_that_is_not_a_finite_number_drops_the_group_as_invalid(value: float) -> None:
+    # The scorer turns a NaN from a verifier into 0 (invalid_reward); a score written by anyone else
+    # reaches the trainer as it is: before, advantages() raised and the trainer crash-looped on it.
+    decision = decide([ep(0, 1.0), ep(1, value), ep(2, 0.0)], GroupPolicy(group_size=3), trainer_version=5)
+    assert decision is not None and decision.reason is DropReason.INVALID_RECORDS
+    assert decision.detail == "the reward of e1 is not a finite number" and not decision.train
+
+
 def test_a_discard_drops_the_whole_group_by_default() -> None:
     decision = decide([ep(0, 1.0), ep(1, None), ep(2, 0.0)], GroupPolicy(group_size=3), trainer_version=5)
     assert decision is not None and decision.reason is DropReason.DISCARDED

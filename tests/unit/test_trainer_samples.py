@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.trainer.samples import NO_VERSION, CallTreeError, assemble, completion_versions
+from consumers.trainer.samples import NO_VERSION, CallTreeError, Vocabulary, assemble, completion_versions
 from cua_stream.events import (
     CallKind,
     CallRecord,
@@ -146,3 +146,68 @@ def test_a_broken_tree_is_an_error() -> None:
     with pytest.raises(CallTreeError, match="twice"):
         assemble([call(0, None, [1], [10]), call(0, None, [1], [10])])
     assert assemble([]).samples == ()
+
+
+def test_a_parent_cycle_is_an_error_not_an_endless_walk() -> None:
+    # Before: _lineage walked c1 -> c2 -> c1 ... until memory ran out (7.5 s to a MemoryError at 1 GiB).
+    calls = [call(0, None, [1], [10]), call(1, 2, [2], [11]), call(2, 1, [3], [12]), call(3, 1, [4], [13])]
+    with pytest.raises(CallTreeError, match="form a cycle") as caught:
+        assemble(calls)
+    assert set(caught.value.call_ids) == {"c1", "c2"}
+    with pytest.raises(CallTreeError, match="form a cycle"):
+        assemble([call(0, 0, [1], [10])])  # its own parent
+
+
+@pytest.mark.parametrize(
+    ("spans", "n"),
+    [
+        ((VersionSpan(version=1, start=-1, end=3),), 3),  # the span that crashed the trainer
+        ((VersionSpan(version=1, start=0, end=2),), 3),  # short
+        ((VersionSpan(version=1, start=0, end=4),), 3),  # past the end
+        ((VersionSpan(version=1, start=0, end=1), VersionSpan(version=2, start=2, end=3)), 3),  # a gap
+        ((VersionSpan(version=1, start=0, end=2), VersionSpan(version=2, start=1, end=3)), 3),  # overlap
+        ((VersionSpan(version=1, start=0, end=3), VersionSpan(version=2, start=3, end=3)), 3),  # empty
+    ],
+)
+def test_version_spans_must_cover_the_completion_exactly(spans: tuple[VersionSpan, ...], n: int) -> None:
+    bad = call(0, None, [1], list(range(10, 10 + n)), spans=spans)
+    with pytest.raises(CallTreeError, match="do not cover its 3 completion tokens") as caught:
+        assemble([bad])
+    assert caught.value.call_ids == ("c0",)
+
+
+def test_spans_that_tile_and_no_spans_are_both_accepted() -> None:
+    tiled = (VersionSpan(version=1, start=0, end=1), VersionSpan(version=2, start=1, end=3))
+    assert assemble([call(0, None, [1], [10, 11, 12], spans=tiled)]).samples
+    assert assemble([call(0, None, [1], [10, 11, 12])]).samples
+    empty = call(0, None, [1], [], spans=(VersionSpan(version=1, start=0, end=0),))
+    assert assemble([empty]).samples == ()  # nothing to train, but nothing wrong
+
+
+def test_inconsistent_calls_are_errors_naming_the_call() -> None:
+    import msgspec
+
+    good = call(0, None, [1, 2], [10, 11])
+    cases = {
+        "2 logprobs for 3 completion ids": msgspec.structs.replace(good, completion_ids=TokenIds([10, 11, 12])),
+        "not a finite number": msgspec.structs.replace(good, completion_logprobs=Logprobs([-0.1, float("nan")])),
+        "a negative token id": msgspec.structs.replace(good, prompt_ids=TokenIds([1, -1])),
+    }  # fmt: skip
+    for message, bad in cases.items():
+        with pytest.raises(CallTreeError, match=message) as caught:
+            assemble([bad])
+        assert caught.value.call_ids == ("c0",)
+
+
+def test_with_a_vocabulary_ids_and_image_pads_must_fit_the_model() -> None:
+    vocab = Vocabulary(size=100, image_token_id=99, merge_size=2)
+    img = ImageRef(sha256="a" * 64, size=1, width=56, height=28, grid_thw=(1, 2, 4))  # 8 patches: 2 pads
+    ok = call(0, None, [1, 99, 99, 2], [10], images=(img,))
+    assert assemble([ok], vocab=vocab).samples
+    with pytest.raises(CallTreeError, match="1 image pads for 1 image"):
+        assemble([call(0, None, [1, 99, 2], [10], images=(img,))], vocab=vocab)
+    with pytest.raises(CallTreeError, match="image pad among the completion"):
+        assemble([call(0, None, [1], [10, 99])], vocab=vocab)
+    with pytest.raises(CallTreeError, match="token id 100 is outside the vocabulary of 100"):
+        assemble([call(0, None, [1], [100])], vocab=vocab)
+    assert assemble([call(0, None, [1], [100])]).samples  # without a vocabulary: not checked

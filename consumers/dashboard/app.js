@@ -1,0 +1,153 @@
+// The dashboard page: renders /api/stream's summaries and /api/episodes/ID. Every string that comes from a
+// record is put on the page as text (DOM nodes, never HTML strings): a record is written by whoever can
+// reach the broker, and the page runs under a Content-Security-Policy that allows only this script.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+const HEX64 = /^[0-9a-f]{64}$/;
+
+// Numbers arrive as JSON numbers, or as the strings "NaN", "Infinity", "-Infinity" (JSON has none).
+const finite = (v) => typeof v === "number" && Number.isFinite(v);
+const fixed = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : String(v));
+const expo = (v, digits) => (typeof v === "number" ? v.toExponential(digits) : String(v));
+
+function el(tag, props, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props || {})) {
+    if (k === "class") node.className = v;
+    else if (k === "data") Object.assign(node.dataset, v);
+    else node.setAttribute(k, String(v));
+  }
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+}
+
+function line(chart, raw) {
+  const values = raw.filter(finite); // a NaN or infinite point stays out of the chart; the table shows it
+  chart.replaceChildren();
+  if (!values.length) return;
+  const w = +chart.getAttribute("width"), h = +chart.getAttribute("height");
+  const lo = Math.min(...values), hi = Math.max(...values), span = hi - lo || 1;
+  const x = (i) => 4 + (values.length === 1 ? 0 : (i * (w - 8)) / (values.length - 1));
+  const y = (v) => h - 14 - ((v - lo) / span) * (h - 24);
+  const points = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
+  chart.append(svg("polyline", { fill: "none", stroke: "#4f7cff", "stroke-width": 2, points }));
+  values.forEach((v, i) => chart.append(svg("circle", { cx: x(i), cy: y(v), r: 2.5, fill: "#4f7cff" })));
+  const label = svg("text", { x: 4, y: h - 2, "font-size": 10, fill: "#6b7385" });
+  label.textContent = `min ${lo.toPrecision(3)} · max ${hi.toPrecision(3)}`;
+  chart.append(label);
+}
+
+function bars(table, counts, bad) {
+  const entries = Object.entries(counts);
+  if (!entries.length) {
+    table.replaceChildren(el("tr", {}, el("td", { class: "muted" }, "none")));
+    return;
+  }
+  const top = Math.max(1, ...entries.map(([, n]) => n));
+  table.replaceChildren(...entries.map(([k, n]) => {
+    const bar = el("span", { class: bad && bad(k) ? "bar bad" : "bar" });
+    bar.style.width = `${((100 * n) / top).toFixed(0)}%`;
+    return el("tr", {}, el("td", {}, k), el("td", {}, n), el("td", { class: "bar-cell" }, bar));
+  }));
+}
+
+function render(s) {
+  const src = s.source || {};
+  $("source").textContent = `topics ${src.prefix}.* · ${src.mode}${src.complete ? " (complete)" : ""} · ` +
+    `${s.records} records · policy v${s.latest_version}`;
+  line($("reward-chart"), s.steps.map((r) => r.mean_reward));
+  line($("gap-chart"), s.steps.map((r) => r.logprob_gap));
+  line($("grad-chart"), s.steps.map((r) => r.grad_norm));
+  $("steps-table").tBodies[0].replaceChildren(...s.steps.slice(-12).reverse().map((r) => el("tr", {},
+    el("td", {}, r.step), el("td", {}, `v${r.policy_version}`), el("td", {}, r.episodes),
+    el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, expo(r.logprob_gap, 2)), el("td", {}, fixed(r.grad_norm, 3)),
+    el("td", { class: "by-task" }, Object.entries(r.by_task).map(([t, v]) => `${t} ${fixed(v, 2)}`).join(" · ")))));
+  bars($("verdicts"), s.verdicts, (k) => k.startsWith("discard"));
+  bars($("drops"), s.drops, () => true);
+  bars($("dead-letters"), s.dead_letters, () => true);
+  bars($("staleness"), s.staleness);
+  bars($("throughput"), Object.fromEntries(s.throughput.map((t) =>
+    [new Date(t.minute * 60000).toISOString().slice(11, 16), t.episodes])));
+  const l = s.latency_ms;
+  $("latency").textContent = `${l.calls} recent calls · engine p50 ${l.engine_p50} ms, p95 ${l.engine_p95} ms · ` +
+    `gateway p50 ${l.gateway_p50} ms, p95 ${l.gateway_p95} ms`;
+  $("tasks").tBodies[0].replaceChildren(...Object.entries(s.tasks).map(([t, r]) => el("tr", {},
+    el("td", {}, t), el("td", {}, r.scored), el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, r.discarded))));
+  $("episodes").replaceChildren(...s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
+    `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
+}
+
+async function showEpisode(id) {
+  const box = $("episode");
+  let reply, body;
+  try {
+    reply = await fetch(`/api/episodes/${encodeURIComponent(id)}`);
+    body = await reply.json();
+  } catch (err) {
+    box.replaceChildren(el("h2", {}, "Episode"), el("div", { class: "error" }, `cannot load the episode: ${err}`));
+    return;
+  }
+  if (!reply.ok) {
+    box.replaceChildren(el("h2", {}, "Episode"), el("div", { class: "muted" }, body.detail ?? reply.status));
+    return;
+  }
+  const e = body, o = e.outcome || {};
+  const head = el("div", {}, "task ", el("b", {}, e.task), " · verdict ",
+    el("b", { class: "verdict" }, e.verdict || "not scored yet"));
+  if (e.outcome) head.append(` · ${o.n_turns} turns in ${o.seconds}s${o.exception ? ` · ${o.exception}` : ""}`);
+  const calls = e.calls.map((c) => {
+    const call = el("div", { class: "call" }, el("div", { class: "muted" },
+      `#${c.seq} ${c.kind} · attempt ${c.attempt} · v${c.policy_version} · ${fixed(c.engine_ms, 0)} ms · ${c.finish_reason}`));
+    for (const h of c.images) {
+      call.append(HEX64.test(h) ? el("img", { alt: `screenshot ${h.slice(0, 12)}`, src: `/blobs/${h}` })
+        : el("div", { class: "error" }, `a screenshot with a malformed hash: ${h}`));
+    }
+    call.append(el("pre", { class: "action" }, c.action));
+    return call;
+  });
+  box.replaceChildren(el("h2", {}, `Episode ${e.episode_id}`), head, ...calls);
+}
+
+function episodeInHash() {
+  const m = location.hash.match(/episode=(.+)$/);
+  if (!m) return null;
+  try {
+    return decodeURIComponent(m[1]);
+  } catch {
+    return m[1]; // a malformed escape: look the text up as it is
+  }
+}
+
+$("episodes").addEventListener("click", (ev) => {
+  const li = ev.target.closest("li");
+  if (li) location.hash = `episode=${encodeURIComponent(li.dataset.id)}`;
+});
+window.addEventListener("hashchange", () => {
+  const id = episodeInHash();
+  if (id !== null) showEpisode(id);
+});
+const first = episodeInHash();
+if (first !== null) showEpisode(first);
+
+const stream = new EventSource("/api/stream");
+stream.onmessage = (ev) => {
+  let summary;
+  try {
+    summary = JSON.parse(ev.data);
+  } catch (err) {
+    $("source").textContent = `an update could not be read: ${err}`;
+    return;
+  }
+  render(summary);
+};
+stream.onerror = () => {
+  $("source").textContent = "disconnected from the dashboard; reconnecting…"; // EventSource retries by itself
+};

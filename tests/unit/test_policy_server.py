@@ -1,0 +1,110 @@
+"""`cua-stream policies` under requests that are not chat completions: each is a 400 in the gateway's JSON
+error shape saying why (before: plain-text 500s), images follow the project's one image rule (strict
+base64, the pixel limit read from the header: a 9.9 KB 9000x9000 PNG is refused before it is decoded),
+and a screenshot is decoded off the event loop, so /health answers meanwhile."""
+
+from __future__ import annotations
+
+import base64
+import io
+import zlib
+
+import anyio
+import httpx
+import pytest
+from PIL import Image
+
+from cua_stream.tasks.policy_server import create_app
+
+pytestmark = pytest.mark.anyio
+URL = "/policies/oracle/click-test/3/v1/chat/completions"
+
+
+def client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app()), base_url="http://policies")
+
+
+def png(width: int, height: int) -> bytes:
+    buf = io.BytesIO()
+    Image.new("RGB", (width, height), (10, 20, 30)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def bomb(width: int = 9000, height: int = 9000) -> bytes:
+    """A valid PNG header claiming ``width``x``height`` 1-bit pixels over a few KB of zeros."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return len(data).to_bytes(4, "big") + body + zlib.crc32(body).to_bytes(4, "big")
+
+    header = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([1, 0, 0, 0, 0])
+    rows = zlib.compress(b"\x00" * ((width + 7) // 8 + 1) * height, 9)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", rows) + chunk(b"IEND", b"")
+
+
+def with_image(data_url: str) -> dict:
+    part = {"type": "image_url", "image_url": {"url": data_url}}
+    return {"model": "m", "messages": [{"role": "user", "content": [part]}]}
+
+
+def data_url(data: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object, not list"),
+        (b'{"messages": "hello"}', "messages must be a list of message objects"),
+        (b'{"messages": [1]}', "messages must be a list of message objects"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+)
+async def test_a_body_that_is_not_a_chat_request_is_a_json_400(raw: bytes, says: str) -> None:
+    async with client() as http:
+        r = await http.post(URL, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and says in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("data:image/png;base64,iVBORw0KGgo=!!", "not strict base64"),
+        ("data:image/png;base64," + base64.encodebytes(png(4, 4)).decode(), "not strict base64"),  # wrapped
+        (data_url(png(64, 64)[:60]), "cannot decode the image"),  # truncated
+        (data_url(b"GIF89a not really"), "cannot decode the image"),
+        (data_url(bomb()), "over the limit"),
+    ],
+)
+async def test_an_image_that_breaks_the_image_rule_is_a_json_400(url: str, says: str) -> None:
+    async with client() as http:
+        r = await http.post(URL, json=with_image(url))
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"].startswith("image_url: ") and says in r.json()["error"]["message"]
+
+
+async def test_a_good_request_still_gets_the_oracles_reply() -> None:
+    async with client() as http:
+        r = await http.post(URL, json=with_image(data_url(png(320, 200))))
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+async def test_health_answers_while_a_screenshot_is_decoded() -> None:
+    big = data_url(png(5600, 5600))  # under the pixel limit, and about a second to decode here
+    order: list[str] = []
+    async with client() as http:
+
+        async def decode() -> None:
+            r = await http.post(URL, json=with_image(big))
+            order.append(f"chat {r.status_code}")
+
+        async def health() -> None:
+            await anyio.sleep(0.3)  # the chat request is being decoded by then
+            r = await http.get("/health")
+            order.append(f"health {r.status_code}")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(decode)
+            tg.start_soon(health)
+    assert order == ["health 200", "chat 200"]  # before: /health waited for the decode to finish

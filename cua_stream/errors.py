@@ -123,6 +123,11 @@ class UnknownTopicError(CuaError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ContainerEngineError(CuaError):
+    """The container engine (the private Docker daemon, the compose plugin, an image) is missing or did
+    not start; the message says what to do."""
+
+
 class NamespaceError(CuaError):
     """An episode's desktop namespace could not be set up (not root, ``unshare`` missing, setup failed)."""
 
@@ -217,6 +222,7 @@ POLICY: dict[type[CuaError], Action] = {
     BusUnavailable: Action.RETRY,
     TopicMissing: Action.CRASH,
     NamespaceError: Action.CRASH,
+    ContainerEngineError: Action.CRASH,
     TaskStartFailed: Action.CRASH,
     DaemonDidNotStart: Action.CRASH,
     UnknownTopicError: Action.CRASH,

@@ -10,7 +10,8 @@ import msgspec
 
 from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, state_dir
 
-Environment = Literal["local-desktop", "scripted"]
+OWN_ENVIRONMENTS = ("local-desktop", "scripted")
+"""The environments cua-stream brings; any other name is one of Harbor's (``docker``, ``daytona``, ...)."""
 
 
 class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -29,10 +30,20 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Episodes started per second at most: a burst of work (a restart, a new run) is spread out instead of
     opening every session and desktop in the same instant (a thundering herd on the gateway, and the
     producer's own event loop stalls while hundreds of episodes take their first step together)."""
-    environment: Environment = "local-desktop"
+    environment: str = "local-desktop"
     """``local-desktop``: Harbor trials on per-episode namespaces of this host (needs root and the desktop
     packages: ``cua-stream desktop doctor``). ``scripted``: no Harbor, no desktop: episodes drawn from the
-    seed talk to the gateway the way computer-1 does (for tests of the other daemons and benchmarks)."""
+    seed talk to the gateway the way computer-1 does (for tests of the other daemons and benchmarks).
+    Any other value is a Harbor environment type, made by Harbor's own factory: ``docker`` (each episode
+    a container from its task's image: ``cua-stream containers start --build``), or ``daytona``,
+    ``modal``, ``e2b``, ``runloop``, ``gke``, ... with their own options (``environment_options``) and
+    credentials (their usual environment variables)."""
+    environment_options: dict[str, Any] = {}
+    """Harbor's options for that environment type (``EnvironmentConfig.kwargs``), e.g. a cloud's region."""
+    container_network: Literal["none", "task"] = "none"
+    """``docker`` only: ``none`` runs each episode's container with no network at all (computer-1 only
+    execs into it; the bundled tasks serve their pages on its own loopback); ``task``: as the task's
+    image and compose file say."""
     scripted_action_latency_s: float = 0.0
     """``scripted`` only: how long each 'action' takes (benchmarks and drain tests inject time here)."""
     model_name: str = "qwen3-vl"
@@ -63,6 +74,11 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     def __post_init__(self) -> None:
         if not self.gateway_url.startswith(("http://", "https://")):
             raise ConfigError(f"producer.gateway_url: expected an http(s) URL, got {self.gateway_url!r}")
+        if self.environment not in OWN_ENVIRONMENTS and self.environment not in harbor_environments():
+            raise ConfigError(
+                f"producer.environment: {self.environment!r} is neither {' nor '.join(OWN_ENVIRONMENTS)} nor "
+                f"a Harbor environment type ({', '.join(harbor_environments())})"
+            )
         if self.scripted_action_latency_s < 0:
             raise ConfigError("producer.scripted_action_latency_s: must be >= 0")
         if self.max_starts_per_s <= 0:
@@ -92,6 +108,13 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     @property
     def trials_path(self) -> Path:
         return Path(self.trials_dir) if self.trials_dir else state_dir() / "trials"
+
+
+def harbor_environments() -> tuple[str, ...]:
+    """The environment types of the installed Harbor (imported only when a name is not one of ours)."""
+    from harbor.models.environment_type import EnvironmentType
+
+    return tuple(e.value for e in EnvironmentType)
 
 
 def producer_config(

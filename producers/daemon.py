@@ -39,6 +39,7 @@ from cua_stream.topics import OUTCOMES, WORK
 from producers.admission import admission, not_run_outcome
 from producers.attempts import AttemptClock
 from producers.config import ProducerConfig
+from producers.environments import prepare_docker, reap_orphans
 from producers.episode import EpisodeResult, EpisodeRun, EpisodeRunner
 from producers.http_pool import ClientPool
 from producers.ledger import OffsetLedger
@@ -53,22 +54,15 @@ PUBLISH_ATTEMPTS = 30
 """About four and a half minutes of backoff (``backoff_s``) before an outcome's publish gives up."""
 
 
-RUNNER_IMPORTS = {
-    "scripted": ("litellm", "harbor.llms.base"),
-    "local-desktop": (
-        "litellm",
-        "harbor.trial.trial",
-        "harbor.models.trial.config",
-        "harbor.models.task.task",
-    ),
-}
+SCRIPTED_IMPORTS = ("litellm", "harbor.llms.base")
+TRIAL_IMPORTS = ("litellm", "harbor.trial.trial", "harbor.models.trial.config", "harbor.models.task.task")
 """What each runner imports on its first episode: imported in a worker thread before the producer takes
 work, since importing LiteLLM or Harbor inside the event loop stalls it for seconds (every episode in hand
 and the consumer's heartbeats wait; measured: a 4.3 s loop lag at the first episode)."""
 
 
 def warm_imports(environment: str) -> None:
-    for name in RUNNER_IMPORTS[environment]:
+    for name in SCRIPTED_IMPORTS if environment == "scripted" else TRIAL_IMPORTS:
         importlib.import_module(name)
 
 
@@ -143,6 +137,9 @@ class Producer:
         cfg = self.config
         if self._warm:
             await anyio.to_thread.run_sync(warm_imports, cfg.environment)
+        if cfg.environment == "docker":  # the engine answers, and a killed producer's containers go
+            await anyio.to_thread.run_sync(prepare_docker)
+            await anyio.to_thread.run_sync(reap_orphans)
         async with EventProducer(cfg.bus) as out:
             consumer = EventConsumer(
                 cfg.bus, [WORK], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency

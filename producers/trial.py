@@ -1,5 +1,6 @@
 """The real episode: a Harbor ``Trial`` of computer-1 (``Qwen3VLComputer1`` through ``bind_computer1``)
-on the local desktop, talking to its gateway session; its outcome from the ``TrialResult``."""
+in the producer's environment (the local desktop, Docker, or any Harbor environment type:
+``producers.environments``), talking to its gateway session; its outcome from the ``TrialResult``."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from pathlib import Path
 from cua_stream.binding.computer1 import Computer1Params, ServedModel, bind_computer1
 from cua_stream.events import TaskRef
 from producers.config import ProducerConfig
+from producers.environments import environment_config
 from producers.episode import EpisodeResult, EpisodeRun
 from producers.outcome import outcome_from_trial
-
-LOCAL_DESKTOP = "cua_stream.desktop.environment:LocalDesktopEnvironment"
 
 
 def task_path(task: TaskRef) -> Path:
@@ -57,7 +57,7 @@ class TrialRunner:
         follow_process_log_level()
 
     def trial_config(self, episode: EpisodeRun):  # -> harbor TrialConfig
-        from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
+        from harbor.models.trial.config import TaskConfig, TrialConfig
 
         cfg, work = self.config, episode.work
         path = task_path(work.task)
@@ -81,20 +81,21 @@ class TrialRunner:
             trial_name=trial_name(episode),
             trials_dir=cfg.trials_path,
             agent=bind_computer1(params, os.environ).trial_agent_config(),
-            environment=EnvironmentConfig(
-                import_path=LOCAL_DESKTOP,
-                env={
-                    "CUA_TASK_SEED": str(episode.seed),
-                    "CUA_DESKTOP_SIZE": f"{cfg.desktop_width}x{cfg.desktop_height}",
-                },
-            ),
+            environment=environment_config(cfg, episode, self.overlay_file(episode)),
         )
+
+    def overlay_file(self, episode: EpisodeRun) -> Path:
+        """Where the episode's compose overlay goes (docker), beside Harbor's trial directories."""
+        return self.config.trials_path / ".environments" / f"{trial_name(episode)}.compose.json"
 
     async def run(self, episode: EpisodeRun) -> EpisodeResult:
         from harbor.trial.trial import Trial
 
         work = episode.work
-        result = await (await Trial.create(self.trial_config(episode))).run()
+        try:
+            result = await (await Trial.create(self.trial_config(episode))).run()
+        finally:
+            self.overlay_file(episode).unlink(missing_ok=True)
         setup = result.environment_setup
         env_start = (
             (setup.finished_at - setup.started_at).total_seconds()

@@ -51,4 +51,13 @@ if [ -n "$desktop_missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/n
     $(awk -F'\t' '!/^#/ && NF == 2 {print $2}' cua_stream/desktop/packages.txt | sort -u) >/dev/null
 fi
 
+# The container engine (episodes in Harbor's docker environment: `cua-stream containers start`): Debian's
+# Docker Engine and debootstrap (the base image is made from Debian's packages: no registry is reachable).
+if { ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; } \
+   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing the container engine's packages (docker.io, debootstrap)"
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io debootstrap >/dev/null
+fi
+
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True

@@ -23,7 +23,18 @@ PY
 )
 broker_home="$PWD/.cua/test-broker"
 .venv/bin/cua-stream broker start --home "$broker_home" --port "$port" --fresh
-trap '.venv/bin/cua-stream broker stop --home "$broker_home" --port "$port" || true' EXIT
+stop_engine=""
+trap '.venv/bin/cua-stream broker stop --home "$broker_home" --port "$port" || true
+      [ -z "$stop_engine" ] || .venv/bin/cua-stream containers stop || true' EXIT
 export CUA_TEST_BOOTSTRAP_SERVERS="127.0.0.1:$port"
+
+# The container engine for the tests that run episodes in Docker (root): cua-stream's private daemon and
+# its images, built here and cached (the first build takes ~5 minutes). If it cannot start, those tests
+# try again and fail saying why.
+if [ "$(id -u)" = 0 ]; then
+  .venv/bin/cua-stream containers status >/dev/null 2>&1 || stop_engine=1
+  .venv/bin/cua-stream containers start --build >/dev/null \
+    || echo "test.sh: the container engine did not start; the container tests will say why" >&2
+fi
 
 .venv/bin/python -m pytest "$@"

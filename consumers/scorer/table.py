@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from cua_stream.events import NOT_RUN, Discard, DiscardReason, ExceptionRecord, OutcomeEvent, Reward
+from cua_stream.events import NOT_RUN, Discard, DiscardReason, ExceptionRecord, OutcomeEvent, Phase, Reward
 
 Verdict = Reward | Discard
 Combine = Literal["reject", "mean", "min", "max", "sum"]
@@ -294,9 +294,14 @@ ROWS: tuple[Row, ...] = (
     ),
     Row(
         "session_dead",
-        lambda o: o.exception is None and o.early_termination_reason == SESSION_DEAD,
+        lambda o: (
+            o.early_termination_reason == SESSION_DEAD
+            and (o.exception is None or o.exception.phase is Phase.VERIFIER)
+        ),
         _discard(DiscardReason.SANDBOX_LOST),
-        "computer-1's liveness check found the desktop gone and stopped the loop without an exception",
+        "computer-1's liveness check found the desktop gone and stopped the loop without an exception; "
+        'the verifier then fails in the dead sandbox (a killed container: \'service "main" is not '
+        "running') or finds nothing: either way the sandbox, not the policy, ended the episode",
     ),
     Row(
         "server_unavailable",

@@ -185,6 +185,11 @@ class Qwen3VLComputer1(Computer1):
                     self.options.ready_timeout_sec, result.return_code,
                 )  # fmt: skip
                 return
+            if not await session.is_session_alive():  # a killed container: the screenshot says so at once
+                self.logger.warning(
+                    "the desktop is gone (exit %s): not waiting for the page", result.return_code
+                )
+                return
             await anyio.sleep(PROBE_INTERVAL_S)
 
     @override

@@ -30,6 +30,7 @@ def _root() -> None:
 SUBCOMMANDS: dict[str, str] = {
     "broker": "cua_stream.cli.broker:app",
     "desktop": "cua_stream.cli.desktop:app",
+    "containers": "cua_stream.cli.containers:app",
     "topics": "cua_stream.cli.topics:app",
     "replay": "cua_stream.cli.replay:replay",
     "tap": "cua_stream.cli.tap:tap",

@@ -37,7 +37,12 @@ def demo(
     turns: Annotated[int, typer.Option(help="computer-1's turn limit per episode.")] = 3,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
     environment: Annotated[
-        str, typer.Option(help="local-desktop (Harbor trials on this host; root) or scripted (no desktop).")
+        str,
+        typer.Option(
+            help="local-desktop (Harbor trials in namespaces of this host; root), docker (Harbor's docker "
+            "environment on cua-stream's private daemon, started and its images built here; root) or "
+            "scripted (no desktop)."
+        ),
     ] = "local-desktop",
     follow_after: Annotated[
         float, typer.Option("--follow", help="Keep tapping this many seconds after the run (Ctrl-C stops).")
@@ -67,7 +72,13 @@ def demo(
         from cua_stream.desktop.doctor import require_desktop
 
         require_desktop()
-    step = Steps(5)
+    step = Steps(6 if producer.environment == "docker" else 5)
+    if producer.environment == "docker":
+        from cua_stream.containers import ensure_running
+
+        step("starting the container engine: the private Docker daemon and its images (built once; cached)")
+        home, _ = ensure_running(say=lambda line: out.print(f"    {line}"))
+        out.print(f"    {home.host}")
     broker, bus = broker_and_topics(file_data, step)
     producer = msgspec.structs.replace(producer, bus=bus)
     logs = state_dir() / "demo-logs"
@@ -132,8 +143,8 @@ async def _run(
             await tg.start(
                 lambda task_status: Producer(producer).run(stop=stop_producer, task_status=task_status)
             )
-            where = (
-                "local desktops" if producer.environment == "local-desktop" else "the scripted environment"
+            where = {"local-desktop": "local desktops", "docker": "Docker containers"}.get(
+                producer.environment, f"the {producer.environment} environment"
             )
             step(
                 f"training {plan.steps} GRPO step(s): the trainer issues groups of {plan.group_size} episodes of "

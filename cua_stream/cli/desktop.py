@@ -15,7 +15,7 @@ out = Console(highlight=False)
 @app.command()
 def doctor() -> None:
     """List the programs the local desktop calls, whether each is here, and how to install the rest."""
-    from cua_stream.desktop.doctor import is_root, missing_packages, requirements
+    from cua_stream.desktop.doctor import container_checks, is_root, missing_packages, requirements
 
     table = Table("program", "package", "found")
     for req in requirements():
@@ -34,4 +34,8 @@ def doctor() -> None:
     out.print(
         "[green]the local desktop is ready[/green]" if ok else "[red]the local desktop is not ready[/red]"
     )
+    containers = Table("for --environment docker", "found", "to get it")
+    for what, found, fix in container_checks():
+        containers.add_row(what, "yes" if found else "[red]missing[/red]", "" if found else fix)
+    out.print(containers)
     raise typer.Exit(0 if ok else 1)

@@ -29,6 +29,26 @@ def missing_packages() -> list[str]:
     return sorted({r.package for r in requirements() if not r.found})
 
 
+def container_checks() -> list[tuple[str, bool, str]]:
+    """What episodes in Docker need (``--environment docker``): (what, present, how to get it)."""
+    from cua_stream.containers.compose_plugin import cached_plugin
+    from cua_stream.containers.dockerd import DockerHome
+
+    home = DockerHome.default()
+    fix_apt = "apt-get install -y docker.io debootstrap (or scripts/setup.sh as root)"
+    return [
+        ("dockerd", shutil.which("dockerd") is not None, fix_apt),
+        ("docker CLI", shutil.which("docker") is not None, fix_apt),
+        ("debootstrap", shutil.which("debootstrap") is not None, fix_apt),
+        (
+            "compose plugin",
+            home.compose_plugin.exists() or cached_plugin().exists(),
+            "cua-stream containers start",
+        ),
+        (f"private daemon ({home.socket})", home.running(), "cua-stream containers start --build"),
+    ]
+
+
 def is_root() -> bool:
     return os.geteuid() == 0
 

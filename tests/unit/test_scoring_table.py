@@ -148,6 +148,11 @@ CASES: list[Case] = [
          exc=RuntimeRequestError("screenshot", 28, "timed out", recoverable=True), reached=AGENT),
     case("session-dead", "session_dead", discard("sandbox_lost"),
          rewards={"reward": 0.0}, metadata={"early_termination_reason": "runtime_session_dead"}),
+    # a container killed before computer-1's liveness check: the loop ends quietly, then the verifier's
+    # first exec fails in the dead container (seen in Docker 3 times in 11 kills)
+    case("session-dead-then-verifier-fails", "session_dead", discard("sandbox_lost"),
+         exc=RuntimeError('Failed to remove verifier reward files (exit code 1): service "main" is not running'),
+         reached=VERIFIER, metadata={"early_termination_reason": "runtime_session_dead"}),
     # --- session server 503
     case("gateway-503", "server_unavailable", discard("server_unavailable"),
          exc=llm(litellm.ServiceUnavailableError), reached=AGENT, gateway={"gateway_statuses": (503, 503, 503)}),

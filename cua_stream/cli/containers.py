@@ -1,0 +1,90 @@
+"""`cua-stream containers`: the private Docker daemon and the images episodes run in (no registry: every
+image is built here from Debian's packages, and cached)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from cua_stream.cli._common import friendly_errors
+
+app = typer.Typer(
+    help="The container engine: a private Docker daemon (its own socket and data under the state "
+    "directory), the compose plugin, and the locally built images.",
+    no_args_is_help=True,
+)
+out = Console(highlight=False, stderr=True)
+
+
+@app.command()
+@friendly_errors
+def start(
+    build: Annotated[bool, typer.Option(help="Also build (or check) the images.")] = False,
+) -> None:
+    """Start the private Docker daemon (root) and install the compose plugin (built once, ~3 min)."""
+    from cua_stream.containers import ensure_running
+
+    home, started = ensure_running(build=build, export=False, say=out.print)
+    out.print(f"docker daemon {'started' if started else 'already running'} at {home.host}")
+    print(_exports(home))
+
+
+@app.command()
+@friendly_errors
+def stop() -> None:
+    """Stop the private Docker daemon (and every container it runs)."""
+    from cua_stream.containers import dockerd
+
+    home = dockerd.DockerHome.default()
+    out.print("docker daemon stopped" if dockerd.stop(home) else "no docker daemon was running")
+
+
+@app.command()
+@friendly_errors
+def status() -> None:
+    """Whether the daemon answers, where it lives, and which of the project's images are built."""
+    from cua_stream.containers import dockerd, images
+
+    home = dockerd.DockerHome.default()
+    up = home.running()
+    out.print(f"daemon: {'running' if up else 'not running'} ({home.host}); data under {home.root}")
+    out.print(f"compose plugin: {'installed' if home.compose_plugin.exists() else 'missing'}")
+    if up:
+        for name in (images.BASE, images.DESKTOP, images.TASKS):
+            out.print(f"image {name}: {'built' if images.image_label(home, name) else 'missing'}")
+    raise typer.Exit(0 if up else 1)
+
+
+@app.command()
+@friendly_errors
+def build(rebuild: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False) -> None:
+    """Build the base, desktop and tasks images (each skipped when what it is built from is unchanged)."""
+    from cua_stream.containers import dockerd
+
+    home = dockerd.DockerHome.default()
+    if not home.running():
+        raise typer.BadParameter("the docker daemon is not running: cua-stream containers start")
+    _build(home, rebuild=rebuild)
+
+
+@app.command()
+@friendly_errors
+def env() -> None:
+    """Print the shell exports that point docker, docker compose and Harbor at the private daemon."""
+    from cua_stream.containers import dockerd
+
+    print(_exports(dockerd.DockerHome.default()))
+
+
+def _build(home: object, *, rebuild: bool) -> None:
+    from cua_stream.containers import images
+
+    for built in images.build_all(home, rebuild=rebuild, say=out.print):  # type: ignore[arg-type]
+        out.print(f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)")
+
+
+def _exports(home: object) -> str:
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in home.client_env().items())  # type: ignore[attr-defined]

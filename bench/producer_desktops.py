@@ -1,14 +1,16 @@
-"""The real path on this machine: episodes per minute with 1, 2 and 4 concurrent local desktops, and where
-an episode's time goes.
+"""The real path on this machine: episodes per minute with 1, 2 and 4 concurrent episodes, on the local
+desktop and in Docker side by side, and where an episode's time goes.
 
     .venv/bin/python bench/producer_desktops.py [--desktops 1 2 4] [--episodes-per-desktop 2] [--turns 3]
-        [--bootstrap host:port]
+        [--environments local-desktop docker] [--bootstrap host:port]
 
 Everything real: the producer daemon's loop, Harbor trials of computer-1 (Qwen3VLComputer1) on the local
-desktop (namespaces, Xvfb, xfce4, Chromium, a bundled task's page), the session gateway and the CPU
-reference engine serving the tiny random Qwen3-VL, the Kafka broker. Needs root. Phases come from each
-trial's own ``result.json``; model time is the engine's and the gateway's milliseconds on the episode's
-turn events. Ratios are against one desktop, measured in the same run.
+desktop (namespaces, Xvfb, xfce4, Chromium, a bundled task's page) or in Harbor's docker environment
+(cua-stream's private daemon, the bundled tasks' images), the session gateway and the CPU reference
+engine serving the tiny random Qwen3-VL, the Kafka broker. Needs root. At each concurrency the
+environments run one after the other in the same run; phases come from each trial's own
+``result.json``; model time is the engine's and the gateway's milliseconds on the episode's turn events.
+Ratios: against one episode at a time in the same environment, and Docker against the local desktop.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def seconds(timing: dict | None) -> float:
 
 
 async def one_level(
-    bus: BusConfig, gateway_url: str, desktops: int, per: int, turns: int, trials: Path
+    bus: BusConfig, gateway_url: str, environment: str, desktops: int, per: int, turns: int, trials: Path
 ) -> dict:
     run_id = f"bench{desktops}-{uuid.uuid4().hex[:6]}"
     sampling = {"temperature": TEMPERATURE, "max_new_tokens": 8}
@@ -68,6 +70,7 @@ async def one_level(
     ]
     config = ProducerConfig(
         gateway_url=gateway_url,
+        environment=environment,
         concurrency=desktops,
         max_turns=turns,
         trials_dir=str(trials / run_id),
@@ -100,6 +103,7 @@ async def one_level(
                 calls += 1
     n = len(work)
     return {
+        "environment": environment,
         "desktops": desktops,
         "episodes": n,
         "wall_s": wall,
@@ -111,7 +115,11 @@ async def one_level(
     }
 
 
-async def main(bootstrap: str, levels: list[int], per: int, turns: int) -> None:
+async def main(bootstrap: str, levels: list[int], per: int, turns: int, environments: list[str]) -> None:
+    if "docker" in environments:
+        from cua_stream.containers import ensure_running
+
+        ensure_running(say=print)
     bus = BusConfig(bootstrap_servers=bootstrap, topic_prefix=f"benchdesk-{uuid.uuid4().hex[:6]}")
     async with TopicAdmin(bus) as admin:
         await admin.create()
@@ -126,17 +134,22 @@ async def main(bootstrap: str, levels: list[int], per: int, turns: int) -> None:
             ),
             child(gw, f"{gateway_url}/health", Path(tmp) / "gateway.log"),
         ):
-            rows = [await one_level(bus, gateway_url, d, per, turns, Path(tmp) / "trials") for d in levels]
+            rows = [
+                await one_level(bus, gateway_url, env, d, per, turns, Path(tmp) / "trials")
+                for d in levels
+                for env in environments  # side by side at each level
+            ]
     print(f"turns/episode <= {turns}; per episode, mean seconds (phases from Harbor's result.json)")
-    head = f"{'desktops':>8} {'episodes':>8} {'wall s':>7} {'ep/min':>7} {'vs 1':>5} {'env start':>9} "
-    print(
-        head
-        + f"{'agent setup':>11} {'agent run':>9} {'(model)':>8} {'(gateway)':>9} {'verifier':>8} {'calls':>5}"
-    )
-    base = rows[0]["per_min"]
+    head = f"{'environment':>13} {'at once':>7} {'episodes':>8} {'wall s':>7} {'ep/min':>7} {'vs 1':>5} "
+    head += f"{'vs local':>8} {'env start':>9} {'agent setup':>11} {'agent run':>9} {'(model)':>8} "
+    print(head + f"{'(gateway)':>9} {'verifier':>8} {'calls':>5}")
+    base = {r["environment"]: r["per_min"] for r in rows if r["desktops"] == levels[0]}
+    local = {r["desktops"]: r["per_min"] for r in rows if r["environment"] == "local-desktop"}
     for r in rows:
+        versus = f"{r['per_min'] / local[r['desktops']]:>7.2f}x" if r["desktops"] in local else f"{'':>8}"
         print(
-            f"{r['desktops']:>8} {r['episodes']:>8} {r['wall_s']:>7.1f} {r['per_min']:>7.1f} {r['per_min'] / base:>4.2f}x "
+            f"{r['environment']:>13} {r['desktops']:>7} {r['episodes']:>8} {r['wall_s']:>7.1f} {r['per_min']:>7.1f} "
+            f"{r['per_min'] / base[r['environment']]:>4.2f}x {versus} "
             f"{r['environment_setup']:>9.2f} {r['agent_setup']:>11.2f} {r['agent_execution']:>9.2f} "
             f"{r['model_s']:>8.2f} {r['gateway_s']:>9.3f} {r['verifier']:>8.2f} {r['calls']:>5.1f}",
             flush=True,
@@ -152,9 +165,10 @@ if __name__ == "__main__":
     ap.add_argument("--desktops", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--episodes-per-desktop", type=int, default=2)
     ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--environments", nargs="+", default=["local-desktop", "docker"])
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     args = ap.parse_args()
-    run = (args.desktops, args.episodes_per_desktop, args.turns)
+    run = (args.desktops, args.episodes_per_desktop, args.turns, args.environments)
     if args.bootstrap:
         asyncio.run(main(args.bootstrap, *run))
     else:

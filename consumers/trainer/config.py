@@ -13,6 +13,7 @@ from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
 from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, require_model_dir, state_dir
+from cua_stream.tasks.refs import task_ref
 
 
 class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -23,8 +24,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     model_path: str
     """The starting weights and the processor (e.g. from ``cua-stream make-tiny-model``)."""
     tasks: list[str] = []
-    """Task names the feeder cycles through, one GRPO group per work item; empty: no feeder (work is
-    issued by someone else)."""
+    """The tasks the feeder cycles through, one GRPO group per work item: bundled task names or Harbor
+    task directories (``cua_stream.tasks.task_ref``); empty: no feeder (work is issued by someone else)."""
     group_size: int = 4
     """Episodes per group (the n of GRPO)."""
     groups_per_step: int = 2
@@ -102,6 +103,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         if not self.model_path:
             raise ConfigError("trainer.model_path: required")
         require_model_dir("trainer.model_path", self.model_path)
+        for task in self.tasks:
+            try:
+                task_ref(task)
+            except ValueError as e:
+                raise ConfigError(f"trainer.tasks: {e}") from None
         for name in (
             "group_size",
             "groups_per_step",

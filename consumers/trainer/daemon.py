@@ -91,6 +91,7 @@ from cua_stream.events import (
 )
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
+from cua_stream.tasks.refs import task_ref
 from cua_stream.topics import DLQ, POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,8 @@ class Trainer:
         """The last step's learning rate (``lr_warmup_steps`` ramps it)."""
         self.state = TrainerState()
         self.metrics_port: int | None = None
+        self.tasks = [task_ref(t) for t in config.tasks]
+        """The feeder's tasks, resolved once (a task directory's path, or a bundled name)."""
 
     # -- start ----------------------------------------------------------------------------------------
 
@@ -314,7 +317,7 @@ class Trainer:
             for work in work_for_group(
                 cfg.run_id,
                 st.issued,
-                tasks=cfg.tasks,
+                tasks=self.tasks,
                 group_size=cfg.group_size,
                 policy_version=st.version,
                 sampling=sampling,

@@ -44,15 +44,17 @@ def work_for_group(
     run_id: str,
     index: int,
     *,
-    tasks: Sequence[str],
+    tasks: Sequence[str | TaskRef],
     group_size: int,
     policy_version: int,
     sampling: dict[str, Any],
     now: float,
 ) -> list[WorkRequest]:
-    """The work requests of group ``index``: ``group_size`` episodes of task ``tasks[index % len]``."""
+    """The work requests of group ``index``: ``group_size`` episodes of task ``tasks[index % len]`` (a
+    bundled task's name, or a resolved ``TaskRef``: ``cua_stream.tasks.task_ref``)."""
     group_id = group_id_of(run_id, index)
-    task = TaskRef(name=tasks[index % len(tasks)])
+    task = tasks[index % len(tasks)]
+    task = task if isinstance(task, TaskRef) else TaskRef(name=task)
     return [
         WorkRequest(
             run_id=run_id,

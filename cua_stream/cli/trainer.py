@@ -17,7 +17,10 @@ def trainer(
     model_path: Annotated[str | None, typer.Option(help="Starting weights and processor directory.")] = None,
     tasks: Annotated[
         str | None,
-        typer.Option(help="Comma-separated task names the feeder cycles through (none: no feeder)."),
+        typer.Option(
+            help="Comma-separated tasks the feeder cycles through: bundled names, Harbor task directories, "
+            "globs of them or dataset directories (none: no feeder)."
+        ),
     ] = None,
     group_size: Annotated[int | None, typer.Option(help="Episodes per GRPO group (default 4).")] = None,
     groups_per_step: Annotated[
@@ -45,6 +48,7 @@ def trainer(
 
     from consumers.trainer.config import trainer_config
     from consumers.trainer.daemon import serve
+    from cua_stream.tasks.refs import expand_tasks
 
     set_log_level(log_level)
     cfg = trainer_config(
@@ -52,7 +56,7 @@ def trainer(
         overrides={
             "run_id": run_id,
             "model_path": model_path,
-            "tasks": [t for t in tasks.split(",") if t] if tasks is not None else None,
+            "tasks": expand_tasks(t for t in tasks.split(",") if t) if tasks is not None else None,
             "group_size": group_size,
             "groups_per_step": groups_per_step,
             "max_staleness": max_staleness,

@@ -1,5 +1,7 @@
 """The bundled computer-1 tasks (Harbor task directories under ``bundled/``), their seeded pages, server,
-verifier and scripted policies."""
+verifier and scripted policies. This package's server, ready probe and verifier run inside episode
+containers on Debian's Python: standard library only (``cua_stream.tasks.refs`` names tasks for the
+daemons)."""
 
 from __future__ import annotations
 

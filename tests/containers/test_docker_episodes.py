@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import httpx
+import msgspec
 import pytest
 import uvicorn
 
@@ -29,6 +30,7 @@ from cua_stream.events import Discard, OutcomeEvent, TaskRef, TurnEvent, WorkReq
 from cua_stream.gateway.config import GatewayConfig
 from cua_stream.tasks import TASKS
 from cua_stream.tasks.policy_server import create_app
+from cua_stream.tasks.refs import task_ref
 from cua_stream.topics import OUTCOMES, TURNS
 from producers.config import ProducerConfig
 from producers.environments import EPISODE, OWNER, owner_token, reap_orphans
@@ -245,3 +247,30 @@ async def test_a_docker_producer_killed_with_sigkill_leaves_no_container_once_on
     outcomes = await events_of(bus_config, OUTCOMES, OutcomeEvent)
     assert set(Counter((o.episode_id, o.attempt) for o in outcomes).values()) == {1}
     assert not episode_containers()
+
+
+async def test_a_users_own_harbor_task_runs_unchanged_in_docker(
+    docker_engine: DockerHome, tmp_path: Path
+) -> None:
+    task = tmp_path / "my-task"
+    (task / "environment").mkdir(parents=True)
+    (task / "tests").mkdir()
+    (task / "task.toml").write_text('[task]\nname = "me/my-task"\n\n[verifier]\ntimeout_sec = 60.0\n')
+    (task / "instruction.md").write_text("Say you are done.\n")
+    (task / "environment" / "Dockerfile").write_text(  # an image of the user's, not the bundled tasks'
+        'FROM cua-desktop:local\nRUN echo "made by the task\'s own build" > /opt/made.txt\n'
+        'ENTRYPOINT ["/usr/bin/tini", "--"]\n'
+    )
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\ngrep -q 'own build' /opt/made.txt && echo 1 > /logs/verifier/reward.txt\n"
+    )
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    request = msgspec.structs.replace(work("mine", "my-task"), task=task_ref(str(task)))
+    runner = TrialRunner(docker_config(tmp_path, max_turns=3))
+    with serving(server), anyio.fail_after(300):
+        url = f"http://127.0.0.1:{port}/policies/nothing/click-test/1/v1"  # declares itself done at once
+        outcome = (await runner.run(episode(request, url, 1))).outcome
+    assert outcome.exception is None, outcome.exception
+    assert outcome.rewards == {"reward": 1.0} and outcome.task == "me/my-task"
+    assert not containers(f"{EPISODE}={request.episode_id}")

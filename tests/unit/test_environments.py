@@ -116,3 +116,30 @@ def test_every_bundled_task_is_an_ordinary_harbor_docker_task() -> None:
         dockerfile = (task_dir(task) / "environment" / "Dockerfile").read_text()
         assert "ARG CUA_TASKS_IMAGE=cua-tasks:local" in dockerfile and "FROM ${CUA_TASKS_IMAGE}" in dockerfile
         assert f"ENV CUA_TASK={task}\n" in dockerfile
+
+
+def test_a_task_is_a_bundled_name_or_any_harbor_task_directory(tmp_path: Path) -> None:
+    from cua_stream.tasks.refs import expand_tasks, task_ref
+
+    for name in ("a", "b"):
+        (tmp_path / "set" / name).mkdir(parents=True)
+        (tmp_path / "set" / name / "task.toml").write_text("[task]\n")
+    assert task_ref("click-test") == TaskRef(name="click-test")
+    assert task_ref(str(tmp_path / "set" / "a")) == TaskRef(name="a", path=str(tmp_path / "set" / "a"))
+    with pytest.raises(ValueError, match="unknown bundled task 'nope'"):
+        task_ref("nope")
+    with pytest.raises(ValueError, match="without a task.toml"):
+        task_ref(str(tmp_path / "set"))
+    listed = [str(tmp_path / "set" / n) for n in ("a", "b")]
+    assert expand_tasks([str(tmp_path / "set" / "*"), "click-test"]) == [*listed, "click-test"]
+    assert expand_tasks([str(tmp_path / "set")]) == listed  # a dataset directory: its tasks
+    with pytest.raises(ValueError, match="matches no task directory"):
+        expand_tasks([str(tmp_path / "none-*")])
+
+
+def test_the_trainer_refuses_a_task_it_cannot_find_naming_the_field(tmp_path: Path) -> None:
+    from consumers.trainer.config import TrainerConfig
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(ConfigError, match="trainer.tasks: unknown bundled task 'clik-test'"):
+        TrainerConfig(run_id="r", model_path=str(tmp_path), tasks=["clik-test"])

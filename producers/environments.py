@@ -148,10 +148,17 @@ def reap_orphans(environ: dict[str, str] | None = None) -> list[str]:
         container, owner, project = [*line.split("\t"), "", "", ""][:3]
         if not orphaned(owner, host, process_start):
             continue
-        down = docker(["compose", "-p", project, "down", "--rmi", "local", "--volumes", "--remove-orphans"],
+        down = docker(["compose", "-p", project, "down", "--volumes", "--remove-orphans"],
                       environ) if project else None  # fmt: skip
         if down is None or down.returncode != 0:
             docker(["rm", "-f", container], environ)
+        if project:  # the trial's image, built by compose as <project>-<service> (down cannot name it
+            # without the trial's compose files)
+            built = docker(
+                ["image", "ls", "-q", "--filter", f"reference={project}-*"], environ
+            ).stdout.split()
+            if built:
+                docker(["rmi", "-f", *built], environ)
         log.warning("removed episode container %s (%s): its producer %s is gone", container, project, owner)
         removed.append(project or container)
     return removed

@@ -199,4 +199,5 @@ def build_context(
         if network:
             cmd += ["--network", "host"]  # apt reaches Debian's mirrors as the host does
         docker(home, *cmd, ctx)
+    docker(home, "image", "prune", "-f", check=False)  # the image this one replaced, now untagged
     return Built(name, True, time.monotonic() - started)

@@ -247,6 +247,8 @@ async def test_a_docker_producer_killed_with_sigkill_leaves_no_container_once_on
     outcomes = await events_of(bus_config, OUTCOMES, OutcomeEvent)
     assert set(Counter((o.episode_id, o.attempt) for o in outcomes).values()) == {1}
     assert not episode_containers()
+    images = (await anyio.run_process(["docker", "image", "ls", "--format", "{{.Repository}}"])).stdout
+    assert b"dock-kill-" not in images  # the killed trials' images went with their containers
 
 
 async def test_a_users_own_harbor_task_runs_unchanged_in_docker(

@@ -16,6 +16,27 @@ from pathlib import Path
 import httpx
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: an exited child of ours is reaped (not counted as alive), and a
+    zombie another process has not reaped yet counts as gone."""
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:  # not our child
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def _tail(log: Path, n: int = 4000) -> str:
     try:
         return log.read_text(errors="replace")[-n:]

@@ -25,6 +25,7 @@ import msgspec
 from cua_stream.broker.jars import DEFAULT_REPOSITORY, ensure_jars
 from cua_stream.config import cache_dir, state_dir
 from cua_stream.errors import BrokerError
+from cua_stream.procs import pid_alive
 
 MIN_JAVA = 17
 
@@ -124,14 +125,14 @@ class LocalBroker:
     def stop(self, timeout_s: float = 60.0) -> BrokerStatus:
         """Stop cleanly (SIGTERM: controlled shutdown, logs flushed); SIGKILL only after ``timeout_s``."""
         pid = self._pid()
-        if pid is not None and _alive(pid):
+        if pid is not None and pid_alive(pid):
             os.kill(pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout_s
-            while _alive(pid) and time.monotonic() < deadline:
+            while pid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.2)
-            if _alive(pid):
+            if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
-                while _alive(pid):
+                while pid_alive(pid):
                     time.sleep(0.1)
         if self._proc is not None:
             self._proc.wait()
@@ -141,7 +142,7 @@ class LocalBroker:
 
     def status(self) -> BrokerStatus:
         pid = self._pid()
-        running = pid is not None and _alive(pid)
+        running = pid is not None and pid_alive(pid)
         return BrokerStatus(running, pid if running else None, self._bootstrap(), self.home, self.log)
 
     def _bootstrap(self) -> str:
@@ -207,7 +208,7 @@ class LocalBroker:
         deadline = time.monotonic() + self.config.start_timeout_s
         pid = self._pid()
         while time.monotonic() < deadline:
-            if pid is None or not _alive(pid):
+            if pid is None or not pid_alive(pid):
                 raise BrokerError(f"the broker exited during start: {self._failure(log_offset)}")
             if _port_open(self.config.host, self.config.port) and self._log_says_started(log_offset):
                 return
@@ -276,22 +277,6 @@ def java_version(java: str = "java") -> int:
     if major < MIN_JAVA:
         raise BrokerError(f"Kafka 4 needs Java {MIN_JAVA}+; {exe} is Java {major}. Install a newer JDK.")
     return major
-
-
-def _alive(pid: int) -> bool:
-    try:
-        waited, _ = os.waitpid(pid, os.WNOHANG)  # reap our own exited child, if it is one
-        if waited == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -23,6 +23,7 @@ import httpx
 
 from cua_stream.config import state_dir
 from cua_stream.errors import ContainerEngineError
+from cua_stream.procs import pid_alive
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -135,30 +136,16 @@ def start(home: DockerHome, timeout_s: float = START_TIMEOUT_S) -> bool:
 def stop(home: DockerHome, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     """Stop the daemon (its containers stop with it); True if one was running."""
     pid = home.pid()
-    if pid is None or not _alive(pid):
+    if pid is None or not pid_alive(pid):
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
-    while _alive(pid):
+    while pid_alive(pid):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             break
         time.sleep(0.2)
     return True
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie of ours still answers kill(0): look at its state
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def _tail(path: Path, n: int = 20) -> str:

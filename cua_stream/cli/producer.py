@@ -16,7 +16,11 @@ def producer(
     gateway_url: Annotated[str | None, typer.Option(help="Session gateway URL.")] = None,
     concurrency: Annotated[int | None, typer.Option(help="Episodes at once (default 2).")] = None,
     environment: Annotated[
-        str | None, typer.Option(help="local-desktop (Harbor trials; root) or scripted (no desktop).")
+        str | None,
+        typer.Option(
+            help="local-desktop (Harbor trials in namespaces; root), docker (Harbor's docker environment: "
+            "`cua-stream containers start --build`), any other Harbor environment type, or scripted."
+        ),
     ] = None,
     group_id: Annotated[str | None, typer.Option(help="Consumer group (default <prefix>.producers).")] = None,
     max_turns: Annotated[int | None, typer.Option(help="computer-1's turn limit (default 15).")] = None,
@@ -31,8 +35,8 @@ def producer(
     prefix: Prefix = None,
     config: ConfigFile = None,
 ) -> None:
-    """Consume the work topic as a consumer group; run each request as a Harbor computer-1 trial on the
-    local desktop, through a gateway session of its own; publish its outcome, then commit. SIGTERM
+    """Consume the work topic as a consumer group; run each request as a Harbor computer-1 trial (on the
+    local desktop, in Docker, or on any Harbor environment), through a gateway session of its own; publish its outcome, then commit. SIGTERM
     drains (episodes in hand finish), a second SIGTERM abandons them (each with an outcome saying so)."""
     import anyio
 

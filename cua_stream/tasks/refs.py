@@ -8,19 +8,20 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cua_stream.events import TaskRef
-from cua_stream.tasks import task_dir
+from cua_stream.tasks import TASKS
 
 
 def task_ref(spec: str) -> TaskRef:
     """The task ``spec`` names: a Harbor task directory (one holding ``task.toml``; named by the
-    directory), else a bundled task's name (ValueError listing them if it is neither)."""
+    directory), else a task name the producers resolve (a bundled task's, or a task of their own
+    environment: the trainer may issue work for tasks it has no copy of). A directory without a
+    ``task.toml`` is a ValueError."""
     path = Path(spec).expanduser()
     if (path / "task.toml").is_file():
         return TaskRef(name=path.name, path=str(path.resolve()))
     if path.is_dir():
         raise ValueError(f"{spec} is a directory without a task.toml: not a Harbor task")
-    task_dir(spec)
-    return TaskRef(name=spec.removeprefix("cua/"))
+    return TaskRef(name=spec.removeprefix("cua/") if spec.removeprefix("cua/") in TASKS else spec)
 
 
 def expand_tasks(specs: Iterable[str]) -> list[str]:

@@ -40,26 +40,22 @@ from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.feeder import group_id_of, index_of, missing_work, work_for_group
 from consumers.trainer.grpo import (
-    DropReason,
     EpisodeResult,
     GroupDecision,
     ReadyGroup,
     decide,
-    drop,
     next_batch,
-    non_finite_rewards,
 )
-from consumers.trainer.join import Coordinates, GroupState, Join
+from consumers.trainer.join import GroupState, Join
+from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
-from consumers.trainer.samples import CallTreeError, Sample, assemble
+from consumers.trainer.samples import Sample
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import engine_version, push_weights
 from cua_stream.blobs import open_blob_store
-from cua_stream.bus.codec import dead_letter
 from cua_stream.bus.consumer import (
     decode_message,
-    handler_action,
     make_kafka_consumer,
     partitions_of,
     require_topics,
@@ -67,26 +63,21 @@ from cua_stream.bus.consumer import (
     stop_consumer,
 )
 from cua_stream.bus.producer import EventProducer
-from cua_stream.bus.reader import read_record, scan
+from cua_stream.bus.reader import scan
 from cua_stream.errors import (
-    Action,
     ConfigError,
     EngineUnavailable,
     EngineUnreachable,
     RecordError,
-    UntrainableRecord,
 )
 from cua_stream.events import (
-    CallRecord,
     DeadLetter,
     Event,
     GroupDropped,
     PolicyVersion,
     TrainStep,
     WorkRequest,
-    encode,
     from_json,
-    headers_for,
     to_json,
 )
 from cua_stream.lifecycle import Notify, stop_on_signal
@@ -125,14 +116,6 @@ class TrainerState:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     """The records at fault in the groups dropped as ``invalid_records`` since the last checkpoint
     (published with it, so a restart neither loses nor repeats one)."""
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A record a group was dropped for, and why."""
-
-    at: Coordinates
-    error: str
 
 
 class Trainer:
@@ -335,13 +318,13 @@ class Trainer:
         for group in join.ready(positions):
             if group.group_id in queued:
                 continue
-            decision, samples, faults = await self._evaluate(group)
-            if decision.train:
-                st.queue.append(Queued(group, decision, samples))
+            judged = await self._evaluate(group)
+            if judged.decision.train:
+                st.queue.append(Queued(group, judged.decision, judged.samples))
             else:
-                self._drop(join, group, decision)
-                for fault in faults:
-                    st.dead_letters.append(await self._dead_letter(fault, group))
+                self._drop(join, group, judged.decision)
+                for fault in judged.faults:
+                    st.dead_letters.append(await dead_letter_for(self.config.bus, fault, group))
         for group in join.timed_out(self.clock(), cfg.group_timeout_s):
             scored = [
                 EpisodeResult(episode_id, episode.score.verdict, st.version)
@@ -350,73 +333,14 @@ class Trainer:
             ]
             self._drop(join, group, decide(scored, cfg.policy, trainer_version=st.version, timed_out=True))
 
-    async def _evaluate(
-        self, group: GroupState
-    ) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]], list[Fault]]:
-        """The group's decision and samples; a group whose records break what training relies on is
-        dropped (``invalid_records``) with the records at fault, never a crash of the trainer: one such
-        record had stopped it at every restart."""
-        try:
-            return await self._assess(group)
-        except CallTreeError as e:
-            return drop(DropReason.INVALID_RECORDS, str(e)), {}, self._faults(group, e)
-        except Exception as e:
-            if handler_action(e) is not Action.DEAD_LETTER:
-                raise  # the trainer's own failures (a blob store that is down) are not the group's
-            log.exception("group %s cannot be trained; dropped", group.group_id)
-            return drop(DropReason.INVALID_RECORDS, f"{type(e).__name__}: {e}"), {}, []
-
-    async def _assess(
-        self, group: GroupState
-    ) -> tuple[GroupDecision, dict[str, tuple[Sample, ...]], list[Fault]]:
-        results: list[EpisodeResult] = []
-        samples: dict[str, tuple[Sample, ...]] = {}
-        for episode_id, episode in group.episodes.items():
-            if episode.score is None:
-                continue
-            calls = [c for c in episode.calls if c.attempt == episode.score.attempt]  # the scored attempt's
-            built = assemble(calls, max_seq_len=self.config.max_seq_len, vocab=self.backend.vocabulary())
-            await self._check_images(calls)
-            samples[episode_id] = built.samples
-            oldest = min((s.oldest_version for s in samples[episode_id]), default=self.state.version)
-            results.append(EpisodeResult(episode_id, episode.score.verdict, oldest))
-        decision = decide(results, self.config.policy, trainer_version=self.state.version)
-        assert decision is not None  # the group is complete
-        if bad := non_finite_rewards(results):
-            faults = [Fault(at, decision.detail) for e in bad if (at := group.episodes[e].score_at)]
-            return decision, samples, faults
-        if decision.train and not any(samples[e] for e in decision.advantages):
-            decision = drop(DropReason.NO_SAMPLES)
-        return decision, samples, []
-
-    async def _check_images(self, calls: list[CallRecord]) -> None:
-        """CallTreeError naming the first call whose screenshot is not in the blob store (the step would
-        fail on it, and again after every restart)."""
-        blobs = self.backend.blobs
-        for call in calls:
-            for ref in call.images:
-                if not await anyio.to_thread.run_sync(blobs.exists, ref.sha256):
-                    raise CallTreeError(
-                        f"call {call.call_id}: image {ref.sha256} is not in the blob store", [call.call_id]
-                    )
-
-    def _faults(self, group: GroupState, error: CallTreeError) -> list[Fault]:
-        where = {c: at for episode in group.episodes.values() for c, at in episode.where.items()}
-        return [Fault(where[c], str(error)) for c in error.call_ids if c in where]
-
-    async def _dead_letter(self, fault: Fault, group: GroupState) -> DeadLetter:
-        """The DeadLetter of the record at ``fault``, read again from its topic (its bytes as they are on
-        the log); if it is no longer there (retention), the decoded record encoded again."""
-        topic, partition, offset = fault.at
-        msg = await read_record(self.config.bus, topic, partition, offset)
-        error = UntrainableRecord(f"group {group.group_id}: {fault.error}")
-        if msg is not None:
-            key, value, headers = msg.key, msg.value, tuple(msg.headers)
-        else:
-            event = _record_at(group, fault.at)
-            key, value, headers = group.group_id.encode(), encode(event), tuple(headers_for(event))
-        return dead_letter(
-            error, topic=topic, partition=partition, offset=offset, key=key, value=value, headers=headers
+    async def _evaluate(self, group: GroupState) -> Judgement:
+        return await judge(
+            group,
+            policy=self.config.policy,
+            version=self.state.version,
+            max_seq_len=self.config.max_seq_len,
+            vocab=self.backend.vocabulary(),
+            blobs=self.backend.blobs,
         )
 
     def _drop(self, join: Join, group: GroupState, decision: GroupDecision | None) -> None:
@@ -632,17 +556,6 @@ def _identity(event: object) -> tuple[str, object]:
     if isinstance(event, DeadLetter):
         return ("dead_letter", (event.source_topic, event.partition, event.offset))
     return ("other", id(event))
-
-
-def _record_at(group: GroupState, at: Coordinates) -> Event:
-    """The decoded record of ``group`` read at ``at`` (a call or a score)."""
-    for episode in group.episodes.values():
-        if episode.score is not None and episode.score_at == at:
-            return episode.score
-        for call in episode.calls:
-            if episode.where.get(call.call_id) == at:
-                return call
-    raise KeyError(f"no record of group {group.group_id} at {at}")
 
 
 def _topic_of(event: Event) -> TopicSpec:

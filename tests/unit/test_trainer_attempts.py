@@ -48,7 +48,8 @@ async def test_the_trainer_trains_the_scored_attempts_calls_only(tmp_path: Path)
                        policy_version=0, scored_at=0)  # fmt: skip
     group = join.add(Delivery(score, "s", 0, 0, None, b"", (), 0), now=0)
     assert group is not None
-    decision, samples, faults = await trainer._evaluate(group)
+    judged = await trainer._evaluate(group)
+    decision, samples, faults = judged.decision, judged.samples, judged.faults
     (sample,) = samples["e"]
     assert list(sample.tokens) == [2, 20, 2, 21]  # attempt 1's calls; attempt 0's never reached an outcome
     assert decision.train and faults == []

@@ -1,0 +1,140 @@
+"""A complete group judged: its samples and its decision (``samples`` + ``grpo``, pure), plus what needs
+I/O around them: the screenshots the samples point at must be in the blob store, and a group whose records
+break what training relies on is dropped (``invalid_records``) with the records at fault, read back from
+the log as dead letters, never a crash of the trainer (one such record had stopped it at every restart)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import anyio.to_thread
+
+from consumers.trainer.grpo import (
+    DropReason,
+    EpisodeResult,
+    GroupDecision,
+    GroupPolicy,
+    decide,
+    drop,
+    non_finite_rewards,
+)
+from consumers.trainer.join import Coordinates, GroupState
+from consumers.trainer.samples import CallTreeError, Sample, Vocabulary, assemble
+from cua_stream.blobs import BlobStore
+from cua_stream.bus.codec import dead_letter
+from cua_stream.bus.consumer import handler_action
+from cua_stream.bus.reader import read_record
+from cua_stream.config import BusConfig
+from cua_stream.errors import Action, UntrainableRecord
+from cua_stream.events import CallRecord, DeadLetter, Event, encode, headers_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A record a group was dropped for, and why."""
+
+    at: Coordinates
+    error: str
+
+
+@dataclass(frozen=True)
+class Judgement:
+    decision: GroupDecision
+    samples: dict[str, tuple[Sample, ...]] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+
+
+async def judge(
+    group: GroupState,
+    *,
+    policy: GroupPolicy,
+    version: int,
+    max_seq_len: int,
+    vocab: Vocabulary,
+    blobs: BlobStore,
+) -> Judgement:
+    """The group's decision and samples, or its drop as ``invalid_records`` with the records at fault."""
+    try:
+        return await _assess(group, policy, version, max_seq_len, vocab, blobs)
+    except CallTreeError as e:
+        where = {c: at for episode in group.episodes.values() for c, at in episode.where.items()}
+        faults = [Fault(where[c], str(e)) for c in e.call_ids if c in where]
+        return Judgement(drop(DropReason.INVALID_RECORDS, str(e)), faults=faults)
+    except Exception as e:
+        if handler_action(e) is not Action.DEAD_LETTER:
+            raise  # the trainer's own failures (a blob store that is down) are not the group's
+        log.exception("group %s cannot be trained; dropped", group.group_id)
+        return Judgement(drop(DropReason.INVALID_RECORDS, f"{type(e).__name__}: {e}"))
+
+
+async def _assess(
+    group: GroupState,
+    policy: GroupPolicy,
+    version: int,
+    max_seq_len: int,
+    vocab: Vocabulary,
+    blobs: BlobStore,
+) -> Judgement:
+    results: list[EpisodeResult] = []
+    samples: dict[str, tuple[Sample, ...]] = {}
+    scored_calls: list[CallRecord] = []
+    for episode_id, episode in group.episodes.items():
+        if episode.score is None:
+            continue
+        calls = [c for c in episode.calls if c.attempt == episode.score.attempt]  # the scored attempt's
+        samples[episode_id] = assemble(calls, max_seq_len=max_seq_len, vocab=vocab).samples
+        scored_calls += calls
+        oldest = min((s.oldest_version for s in samples[episode_id]), default=version)
+        results.append(EpisodeResult(episode_id, episode.score.verdict, oldest))
+    await _check_images(scored_calls, blobs)
+    decision = decide(results, policy, trainer_version=version)
+    assert decision is not None  # the group is complete
+    if bad := non_finite_rewards(results):
+        faults = [Fault(at, decision.detail) for e in bad if (at := group.episodes[e].score_at)]
+        return Judgement(decision, samples, faults)
+    if decision.train and not any(samples[e] for e in decision.advantages):
+        decision = drop(DropReason.NO_SAMPLES)
+    return Judgement(decision, samples)
+
+
+async def _check_images(calls: list[CallRecord], blobs: BlobStore) -> None:
+    """CallTreeError naming a call whose screenshot is not in the blob store (the step would fail on
+    it, and again after every restart). One worker-thread trip for the whole group."""
+    first: dict[str, str] = {}
+    for call in calls:
+        for ref in call.images:
+            first.setdefault(ref.sha256, call.call_id)
+    missing = await anyio.to_thread.run_sync(lambda: [h for h in first if not blobs.exists(h)])
+    if missing:
+        call_id = first[missing[0]]
+        raise CallTreeError(f"call {call_id}: image {missing[0]} is not in the blob store", [call_id])
+
+
+async def dead_letter_for(bus: BusConfig, fault: Fault, group: GroupState) -> DeadLetter:
+    """The DeadLetter of the record at ``fault``, read again from its topic (its bytes as they are on the
+    log); if it is no longer there (retention), the decoded record encoded again."""
+    topic, partition, offset = fault.at
+    msg = await read_record(bus, topic, partition, offset)
+    if msg is not None:
+        key, value, headers = msg.key, msg.value, tuple(msg.headers)
+    else:
+        event = record_at(group, fault.at)
+        key, value, headers = group.group_id.encode(), encode(event), tuple(headers_for(event))
+    error = UntrainableRecord(f"group {group.group_id}: {fault.error}")
+    return dead_letter(
+        error, topic=topic, partition=partition, offset=offset, key=key, value=value, headers=headers
+    )
+
+
+def record_at(group: GroupState, at: Coordinates) -> Event:
+    """The decoded record of ``group`` read at ``at`` (a call or a score)."""
+    for episode in group.episodes.values():
+        if episode.score is not None and episode.score_at == at:
+            return episode.score
+        for call in episode.calls:
+            if episode.where.get(call.call_id) == at:
+                return call
+    raise KeyError(f"no record of group {group.group_id} at {at}")

@@ -120,6 +120,18 @@ def log_level() -> int:
     return level
 
 
+OFFLINE_DEFAULTS = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+"""Set for every command unless the user set them: LiteLLM fetches its model cost map from the internet
+when it is imported (Harbor imports it), which costs ~8 s and four warnings wherever that is blocked; the
+policy is our own served model, whose cost nobody looks up."""
+
+
+def apply_offline_defaults() -> None:
+    """Put ``OFFLINE_DEFAULTS`` in the environment (before LiteLLM is imported); a value set wins."""
+    for name, value in OFFLINE_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
 def environ() -> Mapping[str, str]:
     """The process environment, for pure parsers that take a mapping (e.g. the Harbor binding)."""
     return os.environ

@@ -3,7 +3,7 @@
 A checkpoint is a directory of files written before the one that commits them: the weights (also what
 the engine loads), the optimizer state, and ``checkpoint.json`` last, by atomic rename. The JSON holds
 the step and policy version, every group decided (trained or dropped), the input offsets to resume
-from, how many groups the feeder issued, and the records the step must publish (``pending``): they are
+from and those read up to, how many groups the feeder issued, and the records the step must publish (``pending``): they are
 published after the checkpoint is durable, and a restart publishes those the log does not hold yet.
 """
 
@@ -35,6 +35,9 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     decided: list[str] = []
     offsets: list[tuple[str, int, int]] = []
     """(topic, partition, offset) to resume each input partition from."""
+    read_to: list[tuple[str, int, int]] = []
+    """(topic, partition, offset) each input partition was read up to: an undecodable record before it
+    was dead-lettered by this checkpoint or an earlier one (a restart reading it again skips it)."""
     issued: int = 0
     """Groups the feeder issued (indices 0..issued-1)."""
     pending: list[str] = []

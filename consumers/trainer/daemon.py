@@ -56,6 +56,7 @@ from consumers.trainer.weights import engine_version, push_weights
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.consumer import (
     decode_message,
+    letter_for,
     make_kafka_consumer,
     partitions_of,
     require_topics,
@@ -244,6 +245,7 @@ class Trainer:
             tps = [TopicPartition(n, p) for n in names for p in await partitions_of(consumer, n)]
             consumer.assign(tps)
             resume = {(t, p): o for t, p, o in saved.offsets}
+            lettered = {(t, p): o for t, p, o in saved.read_to}
             for tp in tps:
                 if (tp.topic, tp.partition) in resume:
                     consumer.seek(tp, resume[(tp.topic, tp.partition)])
@@ -263,9 +265,11 @@ class Trainer:
                     for msg in msgs:
                         try:
                             delivery = decode_message(by_name, msg)
-                        except RecordError as e:  # the gateway and scorer validate; count, never stall
+                        except RecordError as e:  # dead-lettered at the next commit; never a stall
                             self.metrics.undecodable.inc()
                             log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
+                            if msg.offset >= lettered.get((msg.topic, msg.partition), 0):
+                                st.dead_letters.append(letter_for(e, msg))
                             continue
                         if (complete := join.add(delivery, self.clock())) is not None:
                             completed.append(complete)
@@ -428,6 +432,7 @@ class Trainer:
             weights=weights,
             decided=sorted(join.decided),
             offsets=[(t, p, o) for (t, p), o in sorted(join.resume_offsets(positions).items())],
+            read_to=[(t, p, o) for (t, p), o in sorted(positions.items())],
             issued=st.issued,
             pending=[to_json(e).decode() for e in outputs],
         )

@@ -68,8 +68,10 @@ class GroupPolicy:
     update goes astray: pushing down whatever was drawn in a derailed context it never saw in SFT."""
 
     def __post_init__(self) -> None:
-        if self.group_size < 1 or self.min_survivors < 1 or self.epsilon < 0:
-            raise ValueError("group_size and min_survivors must be >= 1, epsilon >= 0")
+        if self.group_size < 1 or self.min_survivors < 1:
+            raise ValueError("group_size and min_survivors must be >= 1")
+        if not (self.epsilon > 0 and math.isfinite(self.epsilon)):  # a zero-variance group divides by it
+            raise ValueError(f"epsilon must be a finite number > 0, not {self.epsilon}")
         if not self.negative_scale >= 0:
             raise ValueError(f"negative_scale must be >= 0, not {self.negative_scale}")
         if self.max_staleness is not None and self.max_staleness < 0:
@@ -120,8 +122,8 @@ def decide(
         return drop(DropReason.DISCARDED, ",".join(sorted({e.verdict.reason for e in discards})))
     if discards and len(kept) < policy.min_survivors:
         return drop(DropReason.TOO_FEW_SURVIVORS, f"{len(kept)} rewarded of {len(episodes)}")
-    if policy.max_staleness is not None:
-        oldest = min(e.oldest_version for e in kept)
+    if policy.max_staleness is not None:  # over every episode, discarded ones too, as the reference does
+        oldest = min(e.oldest_version for e in episodes)
         if oldest < trainer_version - policy.max_staleness:
             return drop(
                 DropReason.STALE, f"oldest token v{oldest} < v{trainer_version} - {policy.max_staleness}"

@@ -8,8 +8,12 @@ a new root, and the compactor's summary call is a leaf of the tree it summarised
 
 Assembly, in order (the reference semantics, with the choices said where we make one):
 
-1. **Drop abandoned retries**: a leaf with a later sibling (by ``seq``) under the same parent was retried
-   and the episode went on from the retry; it is not trained.
+1. **Drop abandoned retries**: a leaf whose request was sent again — a later sibling (by ``seq``) under
+   the same parent with the same prompt, tokens and images — was retried, and the episode went on from
+   the retry; it is not trained. A later sibling with another prompt is a new branch, not a retry: the
+   leaf's completion was acted on. computer-1 makes those: its final-answer fallback re-sends the history
+   rewritten (empty replies become "(no text response)"), so it branches off an earlier call or starts
+   a new root — after a one-call episode, a root beside a one-call root.
 2. **One sample per kept leaf**: its tokens are the lineage root → leaf, each call's prompt delta then
    its completion.
 3. **Ownership**: a completion shared by several kept leaves (their common ancestors) is trained in
@@ -127,7 +131,7 @@ def assemble(
             )
     _check_acyclic(by_id)
     leaves = [c for c in calls if c.call_id not in children]
-    dropped = [leaf for leaf in leaves if _has_later_sibling(leaf, children)]
+    dropped = [leaf for leaf in leaves if _was_retried(leaf, children)]
     kept = [leaf for leaf in leaves if leaf not in dropped]  # in seq order: first committed first
     owner: dict[str, str] = {}  # call id → the kept leaf that trains its completion
     for leaf in kept:
@@ -213,8 +217,18 @@ def _check_acyclic(by_id: dict[str, CallRecord]) -> None:
         done.update(path)
 
 
-def _has_later_sibling(leaf: CallRecord, children: dict[str | None, list[CallRecord]]) -> bool:
-    return any(s.seq > leaf.seq for s in children[leaf.parent_call_id] if s is not leaf)
+def _was_retried(leaf: CallRecord, children: dict[str | None, list[CallRecord]]) -> bool:
+    """A later sibling is the same request sent again (its prompt, images included, is the leaf's)."""
+    return any(
+        s.seq > leaf.seq and s.prompt_ids == leaf.prompt_ids and _shown(s) == _shown(leaf)
+        for s in children[leaf.parent_call_id]
+        if s is not leaf
+    )
+
+
+def _shown(call: CallRecord) -> tuple[str, ...]:
+    """The screenshots of a call's prompt (equal pads can stand for different images)."""
+    return tuple(ref.sha256 for ref in call.images)
 
 
 def _lineage(leaf: CallRecord, by_id: dict[str, CallRecord]) -> list[CallRecord]:

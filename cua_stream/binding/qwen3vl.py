@@ -15,7 +15,11 @@ It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, an
 5. Readiness (opt-in, ``ready_probe``): computer-1 takes its first screenshot right after typing
    ``start_url`` into the address bar, often of a page still loading; the policy's first observation is
    then a blank browser and its first turn a ``wait`` (an oracle recorded 4 to 12 such turns in 24
-   demonstrations). The task's probe is polled first, so every episode starts on the drawn page.
+   demonstrations). The task's probe is polled first, so every episode starts on the drawn page. The
+   navigation is typed (ctrl+L, the URL, Return by xdotool): on a loaded machine a browser that has a
+   window but not yet a working address bar loses it, and the page never comes. So while the probe keeps
+   failing, ``start_url`` is navigated to again, after ``ready_renavigate_sec`` and then at doubling
+   intervals (a slow page gets longer each time to finish).
 6. Parse errors (opt-in, ``max_parse_errors``): after that many consecutive replies that do not parse,
    the episode ends (``early_termination_reason = "parse_error_limit"``) instead of asking again until
    the turn limit; the verifier scores what was done. A small policy that derails rarely recovers, and
@@ -34,7 +38,7 @@ import anyio.to_thread
 from harbor.agents.computer_1.computer_1 import Computer1, Computer1Options
 from harbor.agents.computer_1.providers.base import ModelStep
 from harbor.agents.computer_1.providers.generic import GenericJsonProvider
-from harbor.agents.computer_1.runtime import CoordinateSpace
+from harbor.agents.computer_1.runtime import ComputerAction, CoordinateSpace
 from harbor.llms.base import LLMResponse
 from pydantic import Field
 
@@ -74,6 +78,13 @@ class Qwen3VLComputer1Options(Computer1Options):
         default=30.0,
         gt=0,
         description="How long ready_probe may keep failing; then the first screenshot is taken anyway.",
+    )
+
+    ready_renavigate_sec: float = Field(
+        default=8.0,
+        gt=0,
+        description="While ready_probe fails, navigate to start_url again after this long, then at "
+        "doubling intervals (a typed navigation lost by a browser not yet ready is retried).",
     )
 
 
@@ -172,6 +183,8 @@ class Qwen3VLComputer1(Computer1):
             return
         started = anyio.current_time()
         deadline = started + self.options.ready_timeout_sec
+        interval = self.options.ready_renavigate_sec
+        renavigate_at = started + interval
         while True:
             result = await session.environment.exec(
                 probe, timeout_sec=10, user=session.environment.default_user
@@ -190,6 +203,14 @@ class Qwen3VLComputer1(Computer1):
                     "the desktop is gone (exit %s): not waiting for the page", result.return_code
                 )
                 return
+            if self.options.start_url and anyio.current_time() >= renavigate_at:
+                self.logger.info(
+                    "ready_probe failing for %.1fs (exit %s): navigating to start_url again",
+                    anyio.current_time() - started, result.return_code,
+                )  # fmt: skip
+                await session.execute(ComputerAction(type="navigate", url=self.options.start_url))
+                interval *= 2
+                renavigate_at = anyio.current_time() + interval
             await anyio.sleep(PROBE_INTERVAL_S)
 
     @override

@@ -112,6 +112,19 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
     return sorted(cluster.partitions_for_topic(topic) or ())
 
 
+def letter_for(error: RecordError, msg: ConsumerRecord) -> DeadLetter:
+    """The DeadLetter of consumed record ``msg``, which failed with ``error``."""
+    return dead_letter(
+        error,
+        topic=msg.topic,
+        partition=msg.partition,
+        offset=msg.offset,
+        key=msg.key,
+        value=msg.value,
+        headers=tuple(msg.headers or ()),
+    )
+
+
 class DeadLetterRouter:
     """Turns a record that cannot be decoded into a DeadLetter event on the DLQ topic, durably."""
 
@@ -120,15 +133,7 @@ class DeadLetterRouter:
         self.count = 0
 
     def letter(self, error: RecordError, msg: ConsumerRecord) -> DeadLetter:
-        return dead_letter(
-            error,
-            topic=msg.topic,
-            partition=msg.partition,
-            offset=msg.offset,
-            key=msg.key,
-            value=msg.value,
-            headers=tuple(msg.headers or ()),
-        )
+        return letter_for(error, msg)
 
     async def route(self, error: RecordError, msg: ConsumerRecord) -> None:
         log.warning("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)

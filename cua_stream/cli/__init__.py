@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from cua_stream.config import log_level
+from cua_stream.config import apply_offline_defaults, log_level
 
 app = typer.Typer(
     name="cua-stream",
@@ -70,5 +70,6 @@ def main() -> None:
     # aiokafka logs transient metadata races (e.g. right after topic creation) as errors; its real
     # failures surface as exceptions.
     logging.getLogger("aiokafka").setLevel(max(log_level(), logging.CRITICAL))
+    apply_offline_defaults()  # before any command imports Harbor (and with it LiteLLM)
     _register(sys.argv[1:])
     app()

@@ -1,7 +1,8 @@
 """Records that decode but cannot be trained never stop the trainer: a turn whose version spans do not
 cover its tokens, a call tree with a cycle, a NaN reward and a screenshot missing from the blob store
 each drop their group as ``invalid_records`` and dead-letter the records at fault (their bytes as on the
-log), the groups around them train, and a restart publishes none of it twice. Real broker, tiny model."""
+log); records that do not decode at all are dead-lettered as such; the groups around them train, and a
+restart that reads them all again publishes none of it twice. Real broker, tiny model."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
+from cua_stream.bus.codec import OutRecord
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
@@ -67,6 +69,15 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
 ) -> None:
     sent: dict[str, bytes] = {}
     async with EventProducer(bus_config) as producer:
+        # a group that never completes (its second episode never comes), then a record on each input
+        # that does not decode, behind it in its partition: a restart resumes before them and reads them
+        # again
+        for event in episode_records(8, 0):
+            await producer.send(SCORES if isinstance(event, ScoreEvent) else TURNS, event)
+        open_group = f"{RUN}-g{8:06d}".encode()
+        for spec in (TURNS, SCORES):
+            garbage = OutRecord(bus_config.topics().name_of(spec), open_group, b"\xc1garbage", [])
+            await producer.send_record(garbage)
         for group in range(8):
             for episode in range(2):
                 for event in poisoned(group, episode):
@@ -111,8 +122,13 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
     assert "form a cycle" in drops["3"].detail
     assert "is not a finite number" in drops["4"].detail
     assert "not in the blob store" in drops["5"].detail
-    letters = [d.event async for d in scan(bus_config, DLQ)]
-    assert all(isinstance(x, DeadLetter) and x.reason == "untrainable" for x in letters)
+    everything = [d.event async for d in scan(bus_config, DLQ)]
+    assert all(isinstance(x, DeadLetter) for x in everything)
+    undecodable = [x for x in everything if x.reason != "untrainable"]  # type: ignore[union-attr]
+    assert sorted(x.source_topic.rsplit(".", 1)[-1] for x in undecodable) == ["scores", "turns"]  # type: ignore[union-attr]
+    assert all(x.value == b"\xc1garbage" and x.key == open_group for x in undecodable)  # type: ignore[union-attr]
+    assert first.metrics.undecodable.value() == 2
+    letters = [x for x in everything if x.reason == "untrainable"]  # type: ignore[union-attr]
     by_source = {x.source_topic.rsplit(".", 1)[-1]: [] for x in letters}  # type: ignore[union-attr]
     for x in letters:
         by_source[x.source_topic.rsplit(".", 1)[-1]].append(x)  # type: ignore[union-attr]
@@ -133,7 +149,7 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
     began = time.monotonic()
     second = await run_until(lambda t: time.monotonic() - began > 3)
     assert second.state.step == 2
-    assert len([d async for d in scan(bus_config, DLQ)]) == len(letters) == 5
+    assert len([d async for d in scan(bus_config, DLQ)]) == len(letters) + 2 == 7
     again = [d.event async for d in scan(bus_config, TRAIN_STEPS)]
     assert len([r for r in again if isinstance(r, GroupDropped)]) == 4
-    assert first.metrics.undecodable.value() == 0
+    assert second.metrics.undecodable.value() == 2  # read again, dead-lettered once

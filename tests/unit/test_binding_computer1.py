@@ -120,7 +120,7 @@ def test_request_temperature_must_be_the_training_one() -> None:
 
 # Pinned by hand (not read from the implementation's sets, which a shrunk set would pass): every named
 # parameter and option of Harbor 0.26.0's computer-1 and LiteLLM, and our two options (the screenshot
-# budget, the parse-error limit, the ready probe and its timeout), less the two routed to the constructor (temperature, reasoning_effort).
+# budget, the parse-error limit, the ready probe, its timeout and re-navigation), less the two routed to the constructor (temperature, reasoning_effort).
 REFUSED_CONSTRUCTOR_FIELDS = frozenset(
     {
         "api_base", "aws_region_name", "base_url", "collect_rollout_details", "desktop_height",
@@ -128,7 +128,7 @@ REFUSED_CONSTRUCTOR_FIELDS = frozenset(
         "extra_env", "extra_tools", "gemini_auto_ack_safety", "llm_call_kwargs", "llm_kwargs", "logger",
         "logs_dir", "max_parse_errors", "max_thinking_tokens", "max_turns", "mcp_servers", "model_api_format",
         "model_api_key_name", "model_info", "model_name", "provider", "runtime_action_timeout_sec",
-        "ready_probe", "ready_timeout_sec", "runtime_readiness_timeout_sec", "runtime_request_timeout_sec",
+        "ready_probe", "ready_renavigate_sec", "ready_timeout_sec", "runtime_readiness_timeout_sec", "runtime_request_timeout_sec",
         "screenshot_max_pixels",
         "session_id", "skills_dir", "skip_model_parsing", "start_url", "use_responses_api",
         "window_height", "window_width", "window_x", "window_y",

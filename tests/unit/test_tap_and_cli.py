@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -93,3 +94,28 @@ def test_cli_lists_its_commands() -> None:
     assert res.returncode == 0
     for command in ("broker", "topics", "replay", "tap", "demo"):
         assert command in res.stdout
+
+
+COST_MAP_PROBE = """
+import os, sys
+sys.argv = ["cua-stream", "topics", "--help"]
+from cua_stream.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print("cost map:", os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP"), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "True"), ("False", "False")])
+def test_every_command_keeps_litellm_off_the_network_unless_told(given: str | None, expected: str) -> None:
+    # LiteLLM fetches its cost map from the internet on import unless this is set (~8 s and four
+    # warnings where that is blocked); the CLI sets it before any command imports Harbor
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    if given is not None:
+        env["LITELLM_LOCAL_MODEL_COST_MAP"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", COST_MAP_PROBE], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert f"cost map: {expected}" in done.stderr, done.stderr

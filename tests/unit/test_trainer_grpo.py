@@ -108,6 +108,15 @@ def test_the_off_policy_bound_drops_stale_groups() -> None:
     assert unbounded is not None and unbounded.train
 
 
+def test_a_kept_groups_staleness_counts_its_discarded_episodes_too() -> None:
+    # as the reference's group staleness (current - the group's oldest weight version): the discarded
+    # episode's tokens are the group's oldest
+    policy = GroupPolicy(group_size=3, on_discard="keep_survivors", min_survivors=2, max_staleness=2)
+    group = [ep(0, 1.0, version=9), ep(1, 0.0, version=9), ep(2, None, version=6)]
+    stale = decide(group, policy, trainer_version=10)
+    assert stale is not None and stale.reason is DropReason.STALE and "v6" in stale.detail
+
+
 def test_the_zero_variance_filter_is_optional() -> None:
     same = [ep(0, 1.0), ep(1, 1.0)]
     assert decide(same, GroupPolicy(group_size=2), trainer_version=5).train  # type: ignore[union-attr]
@@ -130,6 +139,9 @@ def test_bad_policies_are_refused() -> None:
         GroupPolicy(group_size=0)
     with pytest.raises(ValueError):
         GroupPolicy(group_size=2, max_staleness=-1)
+    for epsilon in (0.0, -1e-6, float("nan"), float("inf")):  # 0: a zero-variance group divides by 0
+        with pytest.raises(ValueError, match="epsilon"):
+            GroupPolicy(group_size=2, epsilon=epsilon)
     for scale in (-0.5, float("nan")):
         with pytest.raises(ValueError, match="negative_scale"):
             GroupPolicy(group_size=2, negative_scale=scale)

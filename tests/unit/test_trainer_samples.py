@@ -72,6 +72,24 @@ def test_an_abandoned_retry_is_dropped_and_its_sibling_trains() -> None:
     assert list(sample.tokens) == [1, 10, 2, 12, 3, 13] and 11 not in sample.tokens
 
 
+def test_a_later_sibling_with_another_prompt_is_a_branch_not_a_retry() -> None:
+    # computer-1's final-answer fallback re-sends the history rewritten ("(no text response)" for an
+    # empty reply): after a one-call episode it is a second root; later, a branch off an earlier call.
+    # The leaf before it was acted on, and trains.
+    one_call = [call(0, None, [1, 2], [10]), call(1, None, [1, 2, 7, 8], [11], kind=CallKind.FINAL_ANSWER)]
+    result = assemble(one_call)
+    assert result.dropped_retries == () and [s.leaf_call_id for s in result.samples] == ["c0", "c1"]
+    branched = [call(0, None, [1], [10]), call(1, 0, [2], [11]), call(2, 0, [2, 6], [12])]
+    result = assemble(branched)
+    assert result.dropped_retries == () and [s.leaf_call_id for s in result.samples] == ["c1", "c2"]
+    # the same tokens over another screenshot are another request too (pads do not show the pixels)
+    a, b = (ImageRef(sha256=h * 64, size=1, width=1, height=1) for h in "ab")
+    shown = [call(0, None, [1], [10]), call(1, 0, [2], [11], images=(a,)), call(2, 0, [2], [12], images=(b,))]
+    assert assemble(shown).dropped_retries == ()
+    again = [call(0, None, [1], [10]), call(1, 0, [2], [11], images=(a,)), call(2, 0, [2], [12], images=(a,))]
+    assert assemble(again).dropped_retries == ("c1",)
+
+
 def test_compaction_gives_the_summary_a_sample_and_each_completion_one_owner() -> None:
     # c0 -> c1 -> c2 (summary of the history); then a new root c3 (the compacted history) -> c4.
     calls = [

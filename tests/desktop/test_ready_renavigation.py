@@ -1,0 +1,86 @@
+"""A navigation the browser loses is retried: computer-1 types ``start_url`` into the address bar once;
+when the page is not there to load (here its server comes up seconds late, as a typed URL lost by a
+browser not yet ready also leaves the tab without the page), the agent navigates again while the ready
+probe fails, and the oracle still acts on the drawn page on its first turn. (The task is a copy under
+/tmp, which the episode's private /tmp once hid from its start script.)"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+import uvicorn
+
+from cua_stream.config import Secret
+from cua_stream.events import TaskRef, WorkRequest
+from cua_stream.tasks import BUNDLED_DIR
+from cua_stream.tasks.policy_server import create_app
+from producers.config import ProducerConfig
+from producers.episode import EpisodeRun
+from producers.trial import TrialRunner
+from tests.conftest import free_port
+from tests.desktop.test_bundled_tasks import first_action
+from tests.integration.gateway_servers import serving
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.desktop,
+    pytest.mark.harbor,
+    pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
+    pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
+]
+
+LATE_START = """#!/bin/bash
+# The page's server starts {delay} s after the desktop: computer-1's one navigation finds nothing.
+(sleep {delay}; exec "${{CUA_PYTHON:-python3}}" -m cua_stream.tasks.server --task click-button \\
+    --seed "$CUA_TASK_SEED" --port 8000 >/tmp/task-server.log 2>&1) &
+exit 0
+"""
+
+
+def late_task(root: Path, delay: float) -> Path:
+    shutil.copytree(BUNDLED_DIR / "click-button", root)
+    (root / "environment" / "start.sh").write_text(LATE_START.format(delay=delay))
+    return root
+
+
+async def test_the_agent_navigates_again_while_the_page_is_not_there(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    task = late_task(tmp_path / "click-button-late", delay=10)
+    port, seed = free_port(), 4242
+    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
+    runner = TrialRunner(ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=4))
+    work = WorkRequest(
+        run_id="ready",
+        group_id="g-late",
+        episode_id="late-oracle",
+        task=TaskRef(name="click-button", path=str(task)),
+        sample_index=0,
+        group_size=1,
+        policy_version=0,
+        created_at=time.time(),
+    )
+    episode = EpisodeRun(
+        work=work,
+        attempt=1,
+        seed=seed,
+        session_url=f"http://127.0.0.1:{port}/policies/oracle/click-button/{seed}/v1",
+        session_key=Secret("scripted-policy-key"),
+        context_length=32768,
+    )
+    with serving(server), anyio.fail_after(180):
+        outcome = (await runner.run(episode)).outcome
+
+    trial = tmp_path / "trials" / "late-oracle.1"
+    assert "navigating to start_url again" in caplog.text
+    assert outcome.exception is None, outcome.exception
+    assert outcome.rewards == {"reward": 1.0}
+    assert first_action(trial) != "wait"  # the first screenshot showed the page, not an error page

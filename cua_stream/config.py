@@ -109,6 +109,23 @@ def cache_dir() -> Path:
     return Path(os.environ.get("CUA_CACHE_DIR") or platformdirs.user_cache_dir("cua-stream"))
 
 
+def docker_dir() -> Path:
+    """Where cua-stream's private Docker daemon keeps its data: env CUA_DOCKER_HOME, else under
+    ``state_dir()``."""
+    return Path(os.environ.get("CUA_DOCKER_HOME") or state_dir() / "docker")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child process: this process's, with ``extra`` on top."""
+    return {**os.environ, **extra}
+
+
+def export_env(values: Mapping[str, str]) -> None:
+    """Set ``values`` in this process's environment, for the programs it starts from now on (the docker
+    client Harbor runs, say)."""
+    os.environ.update(values)
+
+
 def log_level() -> int:
     """Logging level from CUA_LOG_LEVEL (name or number); WARNING by default."""
     import logging
@@ -219,3 +236,18 @@ def bus_config(
     overrides: Mapping[str, Any] | None = None, file_data: Mapping[str, Any] | None = None
 ) -> BusConfig:
     return build(BusConfig, "bus", file_data=file_data, overrides=overrides)
+
+
+def stage_config[T: msgspec.Struct](
+    cls: type[T],
+    section: str,
+    file_data: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    bus_overrides: Mapping[str, Any] | None = None,
+) -> T:
+    """A daemon's ``[section]`` (file < env < overrides) with the ``[bus]`` section as its ``bus`` field:
+    the one loader every stage's config goes through (bus settings inside the section are refused)."""
+    if file_data and "bus" in (file_data.get(section) or {}):
+        raise ConfigError(f"{section}.bus: put bus settings in the [bus] section")
+    built = build(cls, section, file_data=file_data, overrides=overrides)
+    return msgspec.structs.replace(built, bus=bus_config(bus_overrides, file_data))  # type: ignore[call-arg]

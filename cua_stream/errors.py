@@ -246,8 +246,3 @@ def action_for(error: BaseException) -> Action:
         if cls in POLICY:
             return POLICY[cls]  # type: ignore[index]
     return Action.CRASH
-
-
-def reason_of(error: BaseException) -> str:
-    """The dead-letter reason for ``error`` (a RecordError's own, else ``transform_error``)."""
-    return error.reason if isinstance(error, RecordError) else TransformFailed.reason

@@ -383,7 +383,6 @@ AnyEvent = (
     | GroupDropped
     | DeadLetter
 )
-TYPE_BY_TAG: dict[str, type[Event]] = {t.__struct_config__.tag: t for t in RECORD_TYPES}
 
 
 # ---------------------------------------------------------------------------------------------------

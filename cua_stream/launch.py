@@ -93,7 +93,7 @@ def preset(name: str) -> Preset:
 
 
 def _classes() -> dict[str, type[msgspec.Struct]]:
-    from consumers.scorer.daemon import ScorerConfig
+    from consumers.scorer.config import ScorerConfig
     from consumers.trainer.config import TrainerConfig
     from cua_stream.engine.config import EngineConfig
     from cua_stream.gateway.config import GatewayConfig

@@ -56,7 +56,6 @@ def child(
             [sys.executable, "-m", "cua_stream", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
-            env=os.environ.copy(),
         )
     try:
         deadline = time.monotonic() + timeout_s

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, state_dir
+from cua_stream.config import BusConfig, ConfigError, Secret, stage_config, state_dir
 
 OWN_ENVIRONMENTS = ("local-desktop", "scripted")
 """The environments cua-stream brings; any other name is one of Harbor's (``docker``, ``daytona``, ...)."""
@@ -123,7 +123,4 @@ def producer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> ProducerConfig:
     """The ``[producer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    if file_data and "bus" in (file_data.get("producer") or {}):
-        raise ConfigError("producer.bus: put bus settings in the [bus] section")
-    producer = build(ProducerConfig, "producer", file_data=file_data, overrides=overrides)
-    return msgspec.structs.replace(producer, bus=bus_config(bus_overrides, file_data))
+    return stage_config(ProducerConfig, "producer", file_data, overrides, bus_overrides)

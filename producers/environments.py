@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cua_stream.config import child_env, export_env
 from cua_stream.errors import ContainerEngineError
 from producers.config import ProducerConfig
 from producers.episode import EpisodeRun
@@ -108,13 +109,16 @@ def prepare_docker(environ: dict[str, str] | None = None) -> dict[str, str]:
     tasks' image. One line saying what to do otherwise (ContainerEngineError). Returns the variables set."""
     from cua_stream.containers.dockerd import DockerHome
 
-    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    this_process = environ is None
+    environ = child_env() if environ is None else environ
     added: dict[str, str] = {}
     if "DOCKER_HOST" not in environ:
         home = DockerHome.default()
         if home.running():
             added = home.client_env()
             environ.update(added)
+            if this_process:
+                export_env(added)
     if docker(["version", "--format", "{{.Server.Version}}"], environ).returncode != 0:
         raise ContainerEngineError(
             f"producer.environment docker: no Docker daemon answers at {environ.get('DOCKER_HOST', 'the default socket')}: "
@@ -136,7 +140,7 @@ def prepare_docker(environ: dict[str, str] | None = None) -> dict[str, str]:
 def reap_orphans(environ: dict[str, str] | None = None) -> list[str]:
     """Remove the episode containers (with their compose projects' images and volumes) whose producer on
     this host is gone (a SIGKILL leaves them running). Returns the projects removed."""
-    environ = dict(os.environ if environ is None else environ)
+    environ = child_env() if environ is None else dict(environ)
     fmt = f'{{{{.ID}}}}\t{{{{.Label "{OWNER}"}}}}\t{{{{.Label "{PROJECT}"}}}}'
     listed = docker(["ps", "-a", "--filter", f"label={OWNER}", "--format", fmt], environ)
     if listed.returncode != 0:

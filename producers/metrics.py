@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 
-from consumers.scorer.table import classify
 from cua_stream.events import Discard, OutcomeEvent
 from cua_stream.metrics import Registry
+from cua_stream.scoring import classify
 
 
 class ProducerMetrics:

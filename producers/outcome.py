@@ -1,6 +1,6 @@
 """An episode's OutcomeEvent from Harbor's TrialResult: a transcription of facts, no decisions.
 
-The scorer decides (consumers/scorer/table.py); this module only records what happened:
+The scorer decides (cua_stream/scoring.py); this module only records what happened:
 
 - ``exception``: Harbor's ``exception_info`` (the first exception the trial recorded), with the phase it
   escaped in and the module that defines its class. Harbor keeps only the class name; the module comes

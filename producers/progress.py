@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sized
+from typing import Protocol
 
 import anyio
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-if TYPE_CHECKING:
-    from producers.daemon import Producer
+from producers.config import ProducerConfig
+from producers.metrics import ProducerMetrics
+
+
+class Producer(Protocol):
+    """What the table reads of a running producer (the daemon's ``Producer`` is one)."""
+
+    config: ProducerConfig
+    metrics: ProducerMetrics
+    running: int
+    in_hand: Sized
+    published: int
 
 
 def progress_table(producer: Producer, elapsed_s: float, turns_per_s: float) -> Table:

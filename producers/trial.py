@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import re
 from pathlib import Path
 
 from cua_stream.binding.computer1 import Computer1Params, ServedModel, bind_computer1
+from cua_stream.config import environ
 from cua_stream.events import TaskRef
 from producers.config import ProducerConfig
 from producers.environments import environment_config
@@ -80,7 +80,7 @@ class TrialRunner:
             task=TaskConfig(path=path),
             trial_name=trial_name(episode),
             trials_dir=cfg.trials_path,
-            agent=bind_computer1(params, os.environ).trial_agent_config(),
+            agent=bind_computer1(params, environ()).trial_agent_config(),
             environment=environment_config(cfg, episode, self.overlay_file(episode)),
         )
 

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from cua_stream.bus.reader import Bound
-from cua_stream.config import BusConfig, ConfigError, build, bus_config, state_dir
+from cua_stream.config import BusConfig, ConfigError, stage_config, state_dir
 
 
 class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -63,5 +63,5 @@ def dashboard_config(
     overrides: Mapping[str, Any] | None = None,
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> DashboardConfig:
-    cfg = build(DashboardConfig, "dashboard", file_data=file_data, overrides=overrides)
-    return msgspec.structs.replace(cfg, bus=bus_config(bus_overrides, file_data))
+    """The ``[dashboard]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
+    return stage_config(DashboardConfig, "dashboard", file_data, overrides, bus_overrides)

@@ -9,75 +9,20 @@ instead of waiting for the dead member's session to time out.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import anyio
-import msgspec
 from anyio.abc import TaskStatus
 
-from consumers.scorer.table import Combine, RewardChoice
+from consumers.scorer.config import ScorerConfig
 from consumers.scorer.transform import ScorerMetrics, ScoreTransform
 from cua_stream.bus.reader import scan
 from cua_stream.bus.transaction import TransactionalProcessor
-from cua_stream.config import BusConfig, ConfigError, build, bus_config
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.topics import OUTCOMES, SCORES
 
 log = logging.getLogger(__name__)
-
-
-class ScorerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[scorer]`` section (env ``CUA_SCORER_<FIELD>``)."""
-
-    group_id: str = ""
-    """Consumer group on the outcome topic; empty: ``<topic prefix>.scorer``."""
-    transactional_id: str = ""
-    """This instance's transactional id (and static group member id); empty: ``<topic prefix>.scorer-0``.
-    Unique per live instance: a second instance with the same id fences the first."""
-    reward_key: str = "reward"
-    """The verifier reward key to score with when the verifier returns it."""
-    combine: Combine = "reject"
-    """Several reward keys, none of them ``reward_key``: mean | min | max | sum, or reject (score 0,
-    reason ``ambiguous_reward``)."""
-    max_batch: int = 200
-    """Outcomes per poll, and so per Kafka transaction."""
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int | None = None
-    """Serve Prometheus text at http://<metrics_host>:<metrics_port>/metrics (0: any free port)."""
-    bus: BusConfig = BusConfig()
-    """Filled from the ``[bus]`` section by ``scorer_config``."""
-
-    def __post_init__(self) -> None:
-        if self.max_batch < 1:
-            raise ConfigError("scorer.max_batch: must be >= 1")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ConfigError("scorer.metrics_port: must be 0..65535")
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"{self.bus.topic_prefix}.scorer"
-
-    @property
-    def instance(self) -> str:
-        return self.transactional_id or f"{self.bus.topic_prefix}.scorer-0"
-
-    @property
-    def choice(self) -> RewardChoice:
-        return RewardChoice(key=self.reward_key, combine=self.combine)
-
-
-def scorer_config(
-    file_data: Mapping[str, Any] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    bus_overrides: Mapping[str, Any] | None = None,
-) -> ScorerConfig:
-    """The ``[scorer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    if file_data and "bus" in (file_data.get("scorer") or {}):
-        raise ConfigError("scorer.bus: put bus settings in the [bus] section")
-    scorer = build(ScorerConfig, "scorer", file_data=file_data, overrides=overrides)
-    return msgspec.structs.replace(scorer, bus=bus_config(bus_overrides, file_data))
 
 
 class Scorer:
@@ -138,16 +83,6 @@ class Scorer:
             ready = Notify(lambda: task_status.started(self.metrics_port))
             await self.processor.run(stop=stop, stop_after=stop_after, task_status=ready)
             tg.cancel_scope.cancel()  # the metrics server goes with the processor
-
-
-async def run_scorer(
-    config: ScorerConfig,
-    *,
-    stop: anyio.Event | None = None,
-    task_status: TaskStatus[int | None] = anyio.TASK_STATUS_IGNORED,
-) -> None:
-    """Run a scorer until cancelled or ``stop`` is set. ``task_status`` gets the metrics port (or None)."""
-    await Scorer(config).run(stop=stop, task_status=task_status)
 
 
 async def serve(

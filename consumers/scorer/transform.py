@@ -24,10 +24,10 @@ import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from consumers.scorer.table import DEFAULT_CHOICE, RewardChoice, classify
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Discard, OutcomeEvent, ScoreEvent
 from cua_stream.metrics import Registry
+from cua_stream.scoring import DEFAULT_CHOICE, RewardChoice, classify
 from cua_stream.topics import SCORES, TopicSpec, partition_of
 
 ReadScores = Callable[[], AsyncIterator[Delivery]]

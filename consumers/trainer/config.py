@@ -12,7 +12,7 @@ import msgspec
 from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
-from cua_stream.config import BusConfig, ConfigError, Secret, build, bus_config, require_model_dir, state_dir
+from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
 from cua_stream.tasks.refs import task_ref
 
 
@@ -185,7 +185,4 @@ def trainer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> TrainerConfig:
     """The ``[trainer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    if file_data and "bus" in (file_data.get("trainer") or {}):
-        raise ConfigError("trainer.bus: put bus settings in the [bus] section")
-    trainer = build(TrainerConfig, "trainer", file_data=file_data, overrides=overrides)
-    return msgspec.structs.replace(trainer, bus=bus_config(bus_overrides, file_data))
+    return stage_config(TrainerConfig, "trainer", file_data, overrides, bus_overrides)

@@ -4,7 +4,6 @@ one log per daemon across restarts."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -42,7 +41,6 @@ class Daemon:
                 [*DIE_WITH_PARENT, sys.executable, "-m", "cua_stream", *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                env=os.environ.copy(),
             )
         self.starts += 1
 

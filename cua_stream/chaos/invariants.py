@@ -24,9 +24,6 @@ from cua_stream.events import (
     WorkRequest,
 )
 
-SHOWN = 5
-"""Problems listed per check (the count says how many there are)."""
-
 
 @dataclass(frozen=True)
 class RunLog:

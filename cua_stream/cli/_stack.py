@@ -130,7 +130,8 @@ def teacher_stack(
 
 async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
     """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
-    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from consumers.scorer.config import ScorerConfig
+    from consumers.scorer.daemon import Scorer
     from cua_stream.bus.producer import EventProducer
     from cua_stream.topics import WORK
     from producers.daemon import Producer

@@ -108,7 +108,8 @@ async def _run(
 ) -> None:
     from transformers.utils import logging as transformers_logging
 
-    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from consumers.scorer.config import ScorerConfig
+    from consumers.scorer.daemon import Scorer
     from consumers.trainer.daemon import Trainer, describe_step
     from cua_stream.bus.reader import scan
     from cua_stream.demo import trainer_config

@@ -360,7 +360,8 @@ async def _grpo(
     plan: LearnPlan, producer: ProducerConfig, model: Path, engine_url: str, run_id: str, home: Path,
     deadline: float,
 ) -> list[TrainStep]:  # fmt: skip
-    from consumers.scorer.daemon import Scorer, ScorerConfig
+    from consumers.scorer.config import ScorerConfig
+    from consumers.scorer.daemon import Scorer
     from consumers.trainer.config import TrainerConfig
     from consumers.trainer.daemon import Trainer, describe_step
     from producers.daemon import Producer

@@ -33,7 +33,8 @@ def scorer(
     SIGTERM commits the batch in hand and exits."""
     import anyio
 
-    from consumers.scorer.daemon import scorer_config, serve
+    from consumers.scorer.config import scorer_config
+    from consumers.scorer.daemon import serve
 
     set_log_level(log_level)
     cfg = scorer_config(

@@ -9,9 +9,9 @@ tests that run episodes in containers.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
+from cua_stream.config import export_env
 from cua_stream.containers.dockerd import DockerHome
 
 
@@ -32,5 +32,5 @@ def ensure_running(
         for built in images.build_all(home, say=say):
             say(f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)")
     if export:
-        os.environ.update(home.client_env())
+        export_env(home.client_env())
     return home, started

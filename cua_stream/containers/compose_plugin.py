@@ -5,13 +5,12 @@ minutes on two cores), then copied into each private daemon's ``DOCKER_CONFIG/cl
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
-from cua_stream.config import cache_dir
+from cua_stream.config import cache_dir, child_env
 from cua_stream.errors import ContainerEngineError
 
 MODULE = "github.com/docker/compose/v5"
@@ -45,7 +44,7 @@ def build(out: Path) -> None:
             f"(https://go.dev/dl or apt-get install golang) or put the plugin at {out}"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+    env = child_env(GOFLAGS="-mod=mod", CGO_ENABLED="0")
     with tempfile.TemporaryDirectory(prefix="cua-compose-") as scratch:
         steps = [
             [go, "mod", "init", "cua-stream/compose-build"],

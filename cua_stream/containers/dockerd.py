@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from cua_stream.config import state_dir
+from cua_stream.config import docker_dir
 from cua_stream.errors import ContainerEngineError
 from cua_stream.procs import pid_alive
 
@@ -39,7 +39,7 @@ class DockerHome:
 
     @classmethod
     def default(cls) -> DockerHome:
-        return cls(Path(os.environ.get("CUA_DOCKER_HOME") or state_dir() / "docker"))
+        return cls(docker_dir())
 
     @property
     def socket(self) -> Path:

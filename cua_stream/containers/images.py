@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from cua_stream.config import child_env
 from cua_stream.containers.dockerd import DockerHome
 from cua_stream.errors import ContainerEngineError
 
@@ -52,7 +52,7 @@ def docker(home: DockerHome, *args: str, input: bytes | None = None, timeout: fl
     exe = shutil.which("docker")
     if exe is None:
         raise ContainerEngineError("the docker CLI is not installed: apt-get install -y docker.io")
-    env = {**os.environ, **home.client_env(), "DOCKER_BUILDKIT": "0"}  # the 20.10 daemon's classic builder
+    env = child_env(**home.client_env(), DOCKER_BUILDKIT="0")  # the 20.10 daemon's classic builder
     done = subprocess.run([exe, *args], input=input, env=env, capture_output=True, timeout=timeout)
     if check and done.returncode != 0:
         raise ContainerEngineError(

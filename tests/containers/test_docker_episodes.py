@@ -21,13 +21,13 @@ import msgspec
 import pytest
 import uvicorn
 
-from consumers.scorer.table import classify
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig, Secret
 from cua_stream.containers.dockerd import DockerHome
 from cua_stream.engine.config import EngineConfig
 from cua_stream.events import Discard, OutcomeEvent, TaskRef, TurnEvent, WorkRequest
 from cua_stream.gateway.config import GatewayConfig
+from cua_stream.scoring import classify
 from cua_stream.tasks import TASKS
 from cua_stream.tasks.policy_server import create_app
 from cua_stream.tasks.refs import task_ref

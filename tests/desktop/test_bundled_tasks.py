@@ -14,9 +14,9 @@ import anyio
 import pytest
 import uvicorn
 
-from consumers.scorer.table import classify
 from cua_stream.config import Secret
 from cua_stream.events import OutcomeEvent, TaskRef, WorkRequest
+from cua_stream.scoring import classify
 from cua_stream.tasks import TASKS
 from cua_stream.tasks.policy_server import create_app
 from producers.config import ProducerConfig

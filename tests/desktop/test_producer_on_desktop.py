@@ -18,10 +18,10 @@ import anyio
 import pytest
 import uvicorn
 
-from consumers.scorer.table import classify
 from cua_stream.bus.reader import read_raw
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import CallKind, CallRecord, OutcomeEvent, SummaryEvent, TaskRef, WorkRequest
+from cua_stream.scoring import classify
 from cua_stream.tasks.policy_server import create_app
 from cua_stream.topics import OUTCOMES, SUMMARIES, TURNS
 from producers.config import ProducerConfig

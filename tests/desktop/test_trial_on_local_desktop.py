@@ -14,13 +14,13 @@ import pytest
 from harbor.models.trial.config import EnvironmentConfig, TaskConfig, TrialConfig
 from harbor.trial.trial import Trial
 
-from consumers.scorer.table import classify
 from cua_stream.binding.computer1 import Computer1Params, ServedModel, bind_computer1
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.engine.config import EngineConfig
 from cua_stream.events import TurnEvent
 from cua_stream.gateway.config import GatewayConfig
+from cua_stream.scoring import classify
 from cua_stream.topics import TURNS
 from producers.outcome import outcome_from_trial
 from tests.conftest import free_port

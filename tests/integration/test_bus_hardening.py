@@ -12,7 +12,8 @@ import anyio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from consumers.scorer.daemon import Scorer, ScorerConfig
+from consumers.scorer.config import ScorerConfig
+from consumers.scorer.daemon import Scorer
 from cua_stream.bus.codec import Delivery
 from cua_stream.bus.consumer import EventConsumer
 from cua_stream.bus.producer import EventProducer

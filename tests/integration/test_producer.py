@@ -17,10 +17,10 @@ import anyio.to_thread
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from consumers.scorer.table import classify
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import OutcomeEvent, PolicyVersion, TurnEvent, WorkRequest
 from cua_stream.gateway.config import GatewayConfig
+from cua_stream.scoring import classify
 from cua_stream.topics import OUTCOMES, TURNS, WORK
 from producers.config import ProducerConfig
 from producers.daemon import Producer

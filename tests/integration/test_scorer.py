@@ -16,7 +16,8 @@ import httpx
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from consumers.scorer.daemon import Scorer, ScorerConfig
+from consumers.scorer.config import ScorerConfig
+from consumers.scorer.daemon import Scorer
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import read_events, scan
 from cua_stream.config import BusConfig

@@ -10,7 +10,8 @@ import anyio
 import httpx
 import pytest
 
-from consumers.scorer.daemon import Scorer, ScorerConfig
+from consumers.scorer.config import ScorerConfig
+from consumers.scorer.daemon import Scorer
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from cua_stream.bus.reader import scan

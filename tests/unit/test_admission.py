@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from consumers.scorer.table import classify
 from cua_stream.events import Discard, DiscardReason, TaskRef, WorkRequest
+from cua_stream.scoring import classify
 from producers.admission import admission, not_run_outcome
 
 

@@ -16,7 +16,7 @@ import typer
 import yaml
 
 from consumers.dashboard.config import DashboardConfig
-from consumers.scorer.daemon import ScorerConfig
+from consumers.scorer.config import ScorerConfig
 from consumers.trainer.config import TrainerConfig
 from cua_stream.broker import BrokerConfig
 from cua_stream.cli import SUBCOMMANDS

@@ -24,8 +24,8 @@ from harbor.models.trial.config import AgentConfig, EnvironmentConfig, TaskConfi
 from harbor.models.trial.result import TrialResult
 from harbor.trial.trial import Trial
 
-from consumers.scorer.table import classify
 from cua_stream.events import Discard, Phase, Reward
+from cua_stream.scoring import classify
 from producers.outcome import outcome_from_trial
 
 pytestmark = [

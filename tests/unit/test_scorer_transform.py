@@ -8,13 +8,13 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from consumers.scorer.daemon import ScorerConfig, scorer_config
-from consumers.scorer.table import RewardChoice
+from consumers.scorer.config import ScorerConfig, scorer_config
 from consumers.scorer.transform import ScorerMetrics, ScoreTransform
 from cua_stream.bus.codec import Delivery
 from cua_stream.config import ConfigError
 from cua_stream.events import Discard, ExceptionRecord, OutcomeEvent, Phase, Reward, ScoreEvent
 from cua_stream.metrics import Registry, serve_metrics
+from cua_stream.scoring import RewardChoice
 from cua_stream.topics import SCORES
 
 pytestmark = pytest.mark.anyio

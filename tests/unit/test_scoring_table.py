@@ -44,9 +44,9 @@ from harbor.verifier.verifier import (
     VerifierOutputParseError,
 )
 
-from consumers.scorer import table
-from consumers.scorer.table import ROWS, RewardChoice, classify, score
+from cua_stream import scoring as table
 from cua_stream.events import Discard, ExceptionRecord, OutcomeEvent, Phase, Reward, decode, encode
+from cua_stream.scoring import ROWS, RewardChoice, classify, score
 from tests.unit.scorer_trials import outcome, recorded, trial_result
 
 AGENT, VERIFIER, ENV, SETUP = Phase.AGENT, Phase.VERIFIER, Phase.ENVIRONMENT, Phase.AGENT_SETUP
@@ -422,7 +422,7 @@ def test_the_table_is_pure() -> None:
     import sys
 
     code = (
-        "import sys, consumers.scorer.table; "
+        "import sys, cua_stream.scoring; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'aiokafka', 'anyio', 'harbor', 'litellm'}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -40,7 +40,8 @@ from consumers.trainer.feeder import work_for_group
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
-from cua_stream.events import CallKind, Logprobs, OutcomeEvent, TokenIds, TurnEvent
+from cua_stream.events import CallKind, Logprobs, TokenIds, TurnEvent
+from cua_stream.identity import outcome_of
 from cua_stream.metrics import quantile
 from cua_stream.topics import TURNS, WORK
 from producers.config import ProducerConfig
@@ -133,13 +134,9 @@ class FakeEnvironment:
             r = await http.post(f"{episode.session_url}/chat/completions", json=body, headers=headers)
             r.raise_for_status()
             await anyio.sleep(self.action_latency)
-        outcome = OutcomeEvent(
-            run_id=work.run_id,
-            group_id=work.group_id,
-            episode_id=work.episode_id,
-            attempt=episode.attempt,
-            task=work.task.name,
-            policy_version=work.policy_version,
+        outcome = outcome_of(
+            work,
+            episode.attempt,
             agent_started=True,
             rewards={"reward": 0.0},
             started_at=started,

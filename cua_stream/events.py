@@ -23,7 +23,6 @@ from __future__ import annotations
 import array
 import enum
 import sys
-import zlib
 from collections.abc import Iterable
 from typing import Annotated, Any
 
@@ -218,15 +217,10 @@ class WorkRequest(EpisodeEvent, frozen=True, kw_only=True, tag="work_request"):
     sampling: dict[str, Any] = {}
     seed: int | None = None
     """Seeds the task's layout (one per group, so a group's episodes see the same task instance); None:
-    derived from ``group_id`` (``layout_seed``)."""
+    derived from ``group_id`` (``identity.layout_seed``)."""
     teacher: str | None = None
     """Record a demonstration: the episode's replies are forced completions from this scripted policy
     (e.g. ``oracle``, served under the gateway's ``teacher_url`` per task and seed), not samples."""
-
-
-def layout_seed(work: WorkRequest) -> int:
-    """The seed of ``work``'s task layout: its own, else a stable hash of its group."""
-    return work.seed if work.seed is not None else zlib.crc32(work.group_id.encode())
 
 
 class CallRecord(EpisodeEvent, frozen=True, kw_only=True):
@@ -246,7 +240,7 @@ class CallRecord(EpisodeEvent, frozen=True, kw_only=True):
     """Images in the new prompt part, in prompt order."""
     weight_versions: tuple[VersionSpan, ...] = ()
     policy_version: int
-    """The oldest weight version among the completion tokens."""
+    """The oldest weight version among the completion tokens (``weight_versions`` gives each token's)."""
     finish_reason: str
     sampling: dict[str, Any] = {}
     started_at: float
@@ -267,6 +261,7 @@ class OutcomeEvent(EpisodeEvent, frozen=True, kw_only=True, tag="outcome"):
 
     task: str
     policy_version: int
+    """Its work request's (the trainer's version when it issued the work; ``cua_stream.versions``)."""
     agent_started: bool
     exception: ExceptionRecord | None = None
     rewards: dict[str, float] | None = None
@@ -291,6 +286,7 @@ class ScoreEvent(EpisodeEvent, frozen=True, kw_only=True, tag="score"):
 
     verdict: Reward | Discard
     policy_version: int
+    """Its outcome's, so its work request's (``cua_stream.versions``)."""
     scored_at: float
 
 
@@ -308,6 +304,7 @@ class TrainStep(Event, frozen=True, kw_only=True, tag="train_step"):
 
     step: int
     policy_version: int
+    """The version this step produced (its ``PolicyVersion``)."""
     n_groups: int
     n_episodes: int
     n_samples: int
@@ -328,6 +325,8 @@ class GroupDropped(Event, frozen=True, kw_only=True, tag="group_dropped"):
     detail: str = ""
     episode_ids: tuple[str, ...] = ()
     trainer_version: int
+    """The trainer's policy version when it dropped the group (the same numbering as every
+    ``policy_version``: ``cua_stream.versions``; the wire name predates that rule)."""
     dropped_at: float
 
 

@@ -19,7 +19,7 @@ from cua_stream.events import Reward, ScoreEvent, TrainStep, WorkRequest
 from cua_stream.tasks.policies import reply_action
 
 SEED_SPACE = 2**32
-"""Seeds at or above this are never a group's CRC-32 (``events.layout_seed``)."""
+"""Seeds at or above this are never a group's CRC-32 (``identity.layout_seed``)."""
 EVAL_OFFSET = 1_000_000
 
 

@@ -9,24 +9,22 @@ work request still ends with exactly one outcome, and the drop is counted and vi
 from __future__ import annotations
 
 from cua_stream.events import NOT_RUN, DiscardReason, OutcomeEvent, WorkRequest
+from cua_stream.identity import outcome_of
+from cua_stream.versions import too_stale
 
 
 def admission(work: WorkRequest, *, latest_version: int, max_staleness: int | None) -> DiscardReason | None:
     """None to run ``work``, else why not (its version lags ``latest_version`` by more than allowed)."""
-    if max_staleness is not None and work.policy_version < latest_version - max_staleness:
+    if too_stale(latest_version, work.policy_version, max_staleness):
         return DiscardReason.STALE
     return None
 
 
 def not_run_outcome(work: WorkRequest, reason: DiscardReason, *, attempt: int, now: float) -> OutcomeEvent:
     """The outcome of work refused at admission (no trial, no calls)."""
-    return OutcomeEvent(
-        run_id=work.run_id,
-        group_id=work.group_id,
-        episode_id=work.episode_id,
-        attempt=attempt,
-        task=work.task.name,
-        policy_version=work.policy_version,
+    return outcome_of(
+        work,
+        attempt,
         agent_started=False,
         early_termination_reason=f"{NOT_RUN}{reason.value}",
         started_at=now,

@@ -32,7 +32,8 @@ from cua_stream.bus.codec import Delivery
 from cua_stream.bus.connect import backoff_s
 from cua_stream.bus.consumer import EventConsumer
 from cua_stream.bus.producer import EventProducer
-from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase, WorkRequest, layout_seed
+from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase, WorkRequest
+from cua_stream.identity import layout_seed, outcome_of
 from cua_stream.lifecycle import Notify, stop_then_abandon
 from cua_stream.metrics import serve_metrics
 from cua_stream.topics import OUTCOMES, WORK
@@ -85,13 +86,9 @@ def failed_outcome(
     work: WorkRequest, attempt: int, error: ExceptionRecord, *, started: float
 ) -> OutcomeEvent:
     """The outcome of a run that ended without a result of its runner (cancelled, or the runner raised)."""
-    return OutcomeEvent(
-        run_id=work.run_id,
-        group_id=work.group_id,
-        episode_id=work.episode_id,
-        attempt=attempt,
-        task=work.task.name,
-        policy_version=work.policy_version,
+    return outcome_of(
+        work,
+        attempt,
         agent_started=error.phase is not Phase.AGENT_SETUP,
         exception=error,
         started_at=started,

@@ -19,7 +19,7 @@ class EpisodeRun:
     work: WorkRequest
     attempt: int
     seed: int
-    """The task layout's seed (``events.layout_seed``)."""
+    """The task layout's seed (``identity.layout_seed``)."""
     session_url: str
     """The gateway session's OpenAI-compatible base URL (ends in ``/v1``)."""
     session_key: Secret

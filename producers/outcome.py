@@ -23,7 +23,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase
+from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase, WorkRequest
+from cua_stream.identity import outcome_of
 
 if TYPE_CHECKING:
     from harbor.models.trial.result import ExceptionInfo, TimingInfo, TrialResult
@@ -35,26 +36,21 @@ _RUNTIME_STATUS = re.compile(r"failed \((-?\d+)\)")
 
 def outcome_from_trial(
     result: TrialResult,
-    *,
-    run_id: str,
-    group_id: str,
-    episode_id: str,
-    policy_version: int,
+    work: WorkRequest,
     attempt: int = 0,
+    *,
     n_calls: int = 0,
     n_turns: int | None = None,
     gateway_statuses: Iterable[int] = (),
 ) -> OutcomeEvent:
-    """The OutcomeEvent of one finished trial. ``n_turns`` defaults to computer-1's ``n_episodes``."""
+    """The OutcomeEvent of ``attempt`` of ``work``, a finished trial (the task named as Harbor names it).
+    ``n_turns`` defaults to computer-1's ``n_episodes``."""
     metadata = (result.agent_result.metadata if result.agent_result else None) or {}
     rewards = result.verifier_result.rewards if result.verifier_result else None
-    return OutcomeEvent(
-        run_id=run_id,
-        group_id=group_id,
-        episode_id=episode_id,
-        attempt=attempt,
+    return outcome_of(
+        work,
+        attempt,
         task=result.task_name,
-        policy_version=policy_version,
         agent_started=_started(result.agent_execution),
         exception=exception_record(result),
         rewards={k: float(v) for k, v in rewards.items()} if rewards is not None else None,

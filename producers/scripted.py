@@ -17,7 +17,8 @@ import time
 
 import anyio
 
-from cua_stream.events import CALL_KIND_FIELD, CallKind, OutcomeEvent, Phase
+from cua_stream.events import CALL_KIND_FIELD, CallKind, Phase
+from cua_stream.identity import outcome_of, trial_name
 from producers.episode import EpisodeResult, EpisodeRun
 from producers.outcome import exception_from
 
@@ -102,18 +103,14 @@ class ScriptedRunner:
             await anyio.sleep(self.action_latency_s)
             messages.append({"role": "assistant", "content": choice.message.content or ""})
             messages.append({"role": "user", "content": [image_part(screenshot(step, rng, self.size))]})
-        outcome = OutcomeEvent(
-            run_id=work.run_id,
-            group_id=work.group_id,
-            episode_id=work.episode_id,
-            attempt=episode.attempt,
-            task=work.task.name,
-            policy_version=work.policy_version,
+        outcome = outcome_of(
+            work,
+            episode.attempt,
             agent_started=True,
             exception=exception,
             rewards=None if exception else {"reward": stops / max(turns, 1)},
             early_termination_reason=None if exception else "max_turns_reached",
-            trial_name=f"{work.episode_id}.{episode.attempt}",
+            trial_name=trial_name(work, episode.attempt),
             started_at=started,
             finished_at=time.time(),
         )

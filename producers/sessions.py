@@ -11,7 +11,8 @@ import httpx
 
 from cua_stream.bus.connect import backoff_s
 from cua_stream.config import Secret
-from cua_stream.events import WorkRequest, layout_seed
+from cua_stream.events import WorkRequest
+from cua_stream.identity import layout_seed
 from producers.http_pool import ClientPool
 
 log = logging.getLogger(__name__)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from pathlib import Path
 
 from cua_stream.binding.computer1 import Computer1Params, ServedModel, bind_computer1
 from cua_stream.config import environ
 from cua_stream.events import TaskRef
+from cua_stream.identity import trial_name
 from producers.config import ProducerConfig
 from producers.environments import environment_config
 from producers.episode import EpisodeResult, EpisodeRun
@@ -25,11 +25,6 @@ def task_path(task: TaskRef) -> Path:
     if task.path:
         return Path(task.path)
     return task_dir(task.name)
-
-
-def trial_name(episode: EpisodeRun) -> str:
-    """A directory name per attempt (Harbor writes the trial's logs and result under it)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{episode.work.episode_id}.{episode.attempt}")
 
 
 def follow_process_log_level() -> None:
@@ -78,7 +73,7 @@ class TrialRunner:
         )
         return TrialConfig(
             task=TaskConfig(path=path),
-            trial_name=trial_name(episode),
+            trial_name=trial_name(episode.work, episode.attempt),
             trials_dir=cfg.trials_path,
             agent=bind_computer1(params, environ()).trial_agent_config(),
             environment=environment_config(cfg, episode, self.overlay_file(episode)),
@@ -86,7 +81,11 @@ class TrialRunner:
 
     def overlay_file(self, episode: EpisodeRun) -> Path:
         """Where the episode's compose overlay goes (docker), beside Harbor's trial directories."""
-        return self.config.trials_path / ".environments" / f"{trial_name(episode)}.compose.json"
+        return (
+            self.config.trials_path
+            / ".environments"
+            / f"{trial_name(episode.work, episode.attempt)}.compose.json"
+        )
 
     async def run(self, episode: EpisodeRun) -> EpisodeResult:
         from harbor.trial.trial import Trial
@@ -102,12 +101,5 @@ class TrialRunner:
             if setup is not None and setup.started_at is not None and setup.finished_at is not None
             else None
         )
-        outcome = outcome_from_trial(
-            result,
-            run_id=work.run_id,
-            group_id=work.group_id,
-            episode_id=work.episode_id,
-            policy_version=work.policy_version,
-            attempt=episode.attempt,
-        )
+        outcome = outcome_from_trial(result, work, episode.attempt)
         return EpisodeResult(outcome, env_start)

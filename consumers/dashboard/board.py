@@ -27,6 +27,7 @@ from cua_stream.events import (
     WorkRequest,
 )
 from cua_stream.metrics import quantile
+from cua_stream.versions import staleness
 
 EPISODES_KEPT = 300
 CALLS_KEPT = 2000
@@ -162,7 +163,7 @@ class Board:
     def _stale(self, trained_version: int, issued_version: int) -> None:
         """A group trained into ``trained_version`` (by weights one version older) from work issued under
         ``issued_version``: how many versions its rollouts lagged."""
-        self.staleness[max(0, trained_version - 1 - issued_version)] += 1
+        self.staleness[staleness(trained_version - 1, issued_version)] += 1
 
     def _episode(self, episode_id: str, group_id: str) -> Episode:
         ep = self.episodes.get(episode_id)

@@ -38,7 +38,7 @@ from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.feeder import group_id_of, index_of, missing_work, work_for_group
+from consumers.trainer.feeder import missing_work, work_for_group
 from consumers.trainer.grpo import (
     EpisodeResult,
     GroupDecision,
@@ -81,10 +81,12 @@ from cua_stream.events import (
     from_json,
     to_json,
 )
+from cua_stream.identity import group_id_of, index_of
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.tasks.refs import task_ref
 from cua_stream.topics import DLQ, POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
+from cua_stream.versions import staleness
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +382,7 @@ class Trainer:
             for episode_id, advantage in queued.decision.advantages.items():
                 for sample in queued.samples[episode_id]:
                     items.append(TrainItem(sample, advantage, episode))
-                    self.metrics.staleness.inc(lag=str(st.version - sample.oldest_version))
+                    self.metrics.staleness.inc(lag=str(staleness(st.version, sample.oldest_version)))
                 episode += 1
         started = time.perf_counter()
         self._lr = warmup_lr(self.config.lr, st.step, self.config.lr_warmup_steps)

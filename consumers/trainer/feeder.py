@@ -1,8 +1,7 @@
 """The work the trainer issues: one GRPO group per index, its episodes named from it. Pure.
 
-Names are derived, never random: group ``k`` of run ``r`` is ``r-g00000k`` and its episodes
-``r-g00000k-e<i>``, so a restarted trainer finds how far it got by reading its own work topic, and
-the scorer's and trainer's dedup by episode id holds across restarts.
+The names are ``cua_stream.identity``'s: group ``k`` of run ``r`` is ``group_id_of(r, k)``, its episodes
+``episode_id_of(group, i)``.
 """
 
 from __future__ import annotations
@@ -13,17 +12,7 @@ from typing import Any
 import msgspec
 
 from cua_stream.events import TaskRef, WorkRequest
-
-
-def group_id_of(run_id: str, index: int) -> str:
-    return f"{run_id}-g{index:06d}"
-
-
-def index_of(run_id: str, group_id: str) -> int | None:
-    """The feeder index of ``group_id`` if this run's feeder issued it."""
-    prefix = f"{run_id}-g"
-    tail = group_id.removeprefix(prefix)
-    return int(tail) if group_id.startswith(prefix) and tail.isdigit() else None
+from cua_stream.identity import episode_id_of, group_id_of, instance_group_id
 
 
 def sampling_of(
@@ -59,7 +48,7 @@ def work_for_group(
         WorkRequest(
             run_id=run_id,
             group_id=group_id,
-            episode_id=f"{group_id}-e{i}",
+            episode_id=episode_id_of(group_id, i),
             task=task,
             sample_index=i,
             group_size=group_size,
@@ -85,8 +74,8 @@ def instance_work(
     return [
         WorkRequest(
             run_id=run_id,
-            group_id=f"{run_id}-{task}-s{seed}",
-            episode_id=f"{run_id}-{task}-s{seed}-e0",
+            group_id=instance_group_id(run_id, task, seed),
+            episode_id=episode_id_of(instance_group_id(run_id, task, seed), 0),
             task=TaskRef(name=task),
             sample_index=0,
             group_size=1,
@@ -123,7 +112,7 @@ def missing_work(issued: Iterable[WorkRequest], group_size: int) -> list[WorkReq
         by_group.setdefault(work.group_id, {})[work.sample_index] = work
     return [
         msgspec.structs.replace(
-            sibling, episode_id=f"{group_id}-e{i}", sample_index=i, group_size=group_size, attempt=0
+            sibling, episode_id=episode_id_of(group_id, i), sample_index=i, group_size=group_size, attempt=0
         )
         for group_id, present in sorted(by_group.items())
         for sibling in [next(iter(present.values()))]

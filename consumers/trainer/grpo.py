@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from cua_stream.events import Discard, Reward
+from cua_stream.versions import too_stale
 
 
 class DropReason(enum.StrEnum):
@@ -124,7 +125,7 @@ def decide(
         return drop(DropReason.TOO_FEW_SURVIVORS, f"{len(kept)} rewarded of {len(episodes)}")
     if policy.max_staleness is not None:  # over every episode, discarded ones too, as the reference does
         oldest = min(e.oldest_version for e in episodes)
-        if oldest < trainer_version - policy.max_staleness:
+        if too_stale(trainer_version, oldest, policy.max_staleness):
             return drop(
                 DropReason.STALE, f"oldest token v{oldest} < v{trainer_version} - {policy.max_staleness}"
             )

@@ -35,6 +35,7 @@ from cua_stream.events import (
     headers_for,
     tag_of,
 )
+from cua_stream.identity import identity_problem
 from cua_stream.topics import TopicSpec
 
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -90,11 +91,11 @@ def key_of(spec: TopicSpec, event: Event) -> bytes:
 
 
 def check_identity(event: Event) -> None:
-    """InvalidIdentity if an episode record has an empty run, group or episode id."""
+    """InvalidIdentity if an episode record's ids break ``identity.identity_problem``'s rule."""
     if isinstance(event, EpisodeEvent):
-        empty = [name for name in ("run_id", "group_id", "episode_id") if not getattr(event, name)]
-        if empty:
-            raise InvalidIdentity(f"{tag_of(event)} record with an empty {', '.join(empty)}")
+        problem = identity_problem(event.run_id, event.group_id, event.episode_id)
+        if problem:
+            raise InvalidIdentity(f"{tag_of(event)} record: {problem}")
 
 
 def encode_record(topic: str, spec: TopicSpec, event: Event) -> OutRecord:

@@ -49,13 +49,6 @@ def python_dirs() -> list[Path]:
     return [Path(sys.prefix), Path(cua_stream.__file__).resolve().parents[1]]
 
 
-def kept_dirs(task_environment: Path) -> list[Path]:
-    """What the episode must see under the host's /tmp: ``python_dirs`` and the task's environment
-    directory, whose start script runs inside (a task under /tmp, as a user's scratch copy often is,
-    was "No such file or directory" there)."""
-    return [*python_dirs(), *([task_environment] if task_environment.is_dir() else [])]
-
-
 class LocalDesktopEnvironment(BaseEnvironment):
     _namespace: EpisodeNamespace | None = None
 
@@ -83,8 +76,9 @@ class LocalDesktopEnvironment(BaseEnvironment):
     async def start(self, force_build: bool) -> None:
         for sub in LOG_DIRS:  # Harbor's containers get these from their image; the verifier writes to them
             (self.root / "logs" / sub).mkdir(parents=True, exist_ok=True)
-        keep = await anyio.to_thread.run_sync(kept_dirs, Path(self.environment_dir))
-        self._namespace = EpisodeNamespace(self.root, keep=keep)
+        # the task's environment directory too: its start script runs inside (a task under /tmp, as a
+        # user's scratch copy often is, was "No such file or directory" there)
+        self._namespace = EpisodeNamespace(self.root, keep=[*python_dirs(), Path(self.environment_dir)])
         await anyio.to_thread.run_sync(self._namespace.start)
         size = (self._merge_env(None) or {}).get(DESKTOP_SIZE_ENV)
         if size:

@@ -98,7 +98,7 @@ def _setup_script(root: Path, keep: Sequence[Path] = ()) -> str:
             f"mount --bind {q(str(root / 'tests'))} /tests",
             "exec 9</tmp",
             "mount -t tmpfs -o mode=1777 tmpfs /tmp",
-            *keep_host_dirs([p for p in keep if p.resolve().is_relative_to("/tmp")]),
+            *keep_host_dirs([p for p in keep if p.resolve().is_relative_to("/tmp") and p.is_dir()]),
             "exec 9<&-",
             # computer-1 starts Xvfb with -fbdir /var/tmp: the framebuffer is a file there, and two
             # episodes sharing /var/tmp would draw into one screen
@@ -141,7 +141,8 @@ class EpisodeNamespace:
         self.root = root
         """Host directory of the episode: ``logs/`` and ``tests/`` (seen as /logs and /tests inside)."""
         self.keep = tuple(keep)
-        """Host directories under /tmp that stay visible inside (the private /tmp would hide them)."""
+        """Host directories under /tmp that stay visible inside (the private /tmp would hide them); those
+        that do not exist are skipped."""
         self._unshare: subprocess.Popen[bytes] | None = None
         self._lifeline: int | None = None
         self._stopping = threading.Lock()

@@ -24,6 +24,7 @@ from cua_stream.gateway.calltree import CallNode, CallTree
 from cua_stream.gateway.refusal import bad_request
 from cua_stream.gateway.request_prefix import KnownRequest
 from cua_stream.gateway.teacher import TEACHER_NAME
+from cua_stream.identity import identity_problem
 
 
 class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -45,10 +46,8 @@ class SessionSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def __post_init__(self) -> None:
         # ValueError becomes msgspec.ValidationError, which the app answers with 400.
-        for name in ("run_id", "group_id", "episode_id"):
-            value = getattr(self, name)
-            if not value or len(value) > 512 or not value.isprintable():
-                raise ValueError(f"{name}: required, printable, at most 512 characters")
+        if problem := identity_problem(self.run_id, self.group_id, self.episode_id):
+            raise ValueError(problem)
         temperature = self.sampling.get("temperature")
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
             raise ValueError("sampling.temperature: the training temperature is required (a number >= 0)")

@@ -25,6 +25,7 @@ from cua_stream.topics import TURNS
 from producers.outcome import outcome_from_trial
 from tests.conftest import free_port
 from tests.integration.gateway_servers import serving, tiny_model_dir
+from tests.unit.scorer_trials import work_of
 
 __all__ = ["tiny_model_dir"]  # fixture
 
@@ -98,9 +99,7 @@ async def test_a_trial_runs_computer1_on_the_local_desktop_through_the_gateway(
             report = (await http.get(f"{url}/sessions/{sid}")).json()
     assert result.exception_info is None, result.exception_info.exception_traceback[-2000:]
     assert result.verifier_result is not None and result.verifier_result.rewards == {"reward": 0.0}
-    outcome = outcome_from_trial(
-        result, run_id="desk", group_id="g0", episode_id="g0-e0", policy_version=0, n_calls=report["n_calls"]
-    )
+    outcome = outcome_from_trial(result, work_of("desk", "g0", "g0-e0", 0), n_calls=report["n_calls"])
     row, verdict = classify(outcome)
     assert outcome.agent_started and row.name == "finished" and verdict.value == 0.0  # type: ignore[union-attr]
     turns = [d.event async for d in scan(bus_config, TURNS) if isinstance(d.event, TurnEvent)]

@@ -17,7 +17,7 @@ from harbor.models.trial.config import TaskConfig, TrialConfig
 from harbor.models.trial.result import AgentInfo, ExceptionInfo, TimingInfo, TrialResult
 from harbor.models.verifier.result import VerifierResult
 
-from cua_stream.events import OutcomeEvent, Phase
+from cua_stream.events import OutcomeEvent, Phase, TaskRef, WorkRequest
 from producers.outcome import outcome_from_trial
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -83,6 +83,18 @@ def trial_result(
 
 def outcome(result: TrialResult, **gateway: Any) -> OutcomeEvent:
     """The OutcomeEvent the producer would publish for ``result``."""
-    return outcome_from_trial(
-        result, run_id="run-1", group_id="g-1", episode_id="ep-1", policy_version=3, **gateway
+    return outcome_from_trial(result, work_of("run-1", "g-1", "ep-1", 3), **gateway)
+
+
+def work_of(run_id: str, group_id: str, episode_id: str, policy_version: int) -> WorkRequest:
+    """The work request an outcome's identity comes from."""
+    return WorkRequest(
+        run_id=run_id,
+        group_id=group_id,
+        episode_id=episode_id,
+        task=TaskRef(name="t"),
+        sample_index=0,
+        group_size=1,
+        policy_version=policy_version,
+        created_at=0.0,
     )

@@ -49,8 +49,10 @@ def consumed(event_bytes: bytes, headers: tuple = ()) -> dict:
 
 
 @pytest.mark.parametrize("field", ["run_id", "group_id", "episode_id"])
-def test_an_episode_record_with_an_empty_identity_is_refused_both_ways(field: str) -> None:
-    bad = msgspec.structs.replace(SAMPLES["outcome"], **{field: ""})
+@pytest.mark.parametrize("value", ["", "x" * 513, "ep\n1"])
+def test_an_episode_record_with_a_bad_identity_is_refused_both_ways(field: str, value: str) -> None:
+    # the gateway's rule for a session's ids (cua_stream.identity): empty, too long, unprintable
+    bad = msgspec.structs.replace(SAMPLES["outcome"], **{field: value})
     with pytest.raises(InvalidIdentity, match=field):
         decode_record(OUTCOMES, **consumed(encode(bad)))
     with pytest.raises(InvalidIdentity, match=field):

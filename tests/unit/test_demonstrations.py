@@ -14,9 +14,10 @@ from consumers.trainer.samples import assemble
 from consumers.trainer.sft import SftConfig, batches, demonstrations, sft_loss, worth_measuring
 from cua_stream.config import ConfigError, convert
 from cua_stream.errors import EngineProtocolError
-from cua_stream.events import Discard, Reward, ScoreEvent, TurnEvent, layout_seed
+from cua_stream.events import Discard, Reward, ScoreEvent, TurnEvent
 from cua_stream.gateway.engine_client import JsonIds, generate_body, parse_scored_response
 from cua_stream.gateway.session import SessionSpec
+from cua_stream.identity import layout_seed
 from tests.unit.test_trainer_samples import call
 
 

@@ -6,9 +6,10 @@ import zlib
 
 import pytest
 
-from consumers.trainer.feeder import group_id_of, work_for_group
+from consumers.trainer.feeder import work_for_group
 from cua_stream.errors import ConfigError
-from cua_stream.events import Discard, Reward, ScoreEvent, TrainStep, layout_seed
+from cua_stream.events import Discard, Reward, ScoreEvent, TrainStep
+from cua_stream.identity import group_id_of, layout_seed
 from cua_stream.learn import SEED_SPACE, LearnPlan, reward_curve, success_by_task, window_success
 
 

@@ -27,6 +27,7 @@ from harbor.trial.trial import Trial
 from cua_stream.events import Discard, Phase, Reward
 from cua_stream.scoring import classify
 from producers.outcome import outcome_from_trial
+from tests.unit.scorer_trials import work_of
 
 pytestmark = [
     pytest.mark.harbor,
@@ -176,9 +177,7 @@ TRIALS = [
 )
 async def test_real_trial(tmp_path: Path, env: dict, agent: dict, phase: Phase | None, row: str, verdict: object) -> None:  # fmt: skip
     result = await run_trial(tmp_path, env=env, agent=agent)
-    o = outcome_from_trial(
-        result, run_id="r", group_id="g", episode_id="e", policy_version=1, gateway_statuses=(503, 503, 503)
-    )
+    o = outcome_from_trial(result, work_of("r", "g", "e", 1), gateway_statuses=(503, 503, 503))
     assert (o.exception.phase if o.exception else None) == phase
     assert o.agent_started == (phase not in (Phase.ENVIRONMENT, Phase.AGENT_SETUP))
     chosen, got = classify(o)
@@ -187,23 +186,13 @@ async def test_real_trial(tmp_path: Path, env: dict, agent: dict, phase: Phase |
     stored = TrialResult.model_validate_json(
         (Path(result.trial_uri.removeprefix("file://")) / "result.json").read_text()
     )
-    assert (
-        outcome_from_trial(
-            stored,
-            run_id="r",
-            group_id="g",
-            episode_id="e",
-            policy_version=1,
-            gateway_statuses=(503, 503, 503),
-        )
-        == o
-    )
+    assert outcome_from_trial(stored, work_of("r", "g", "e", 1), gateway_statuses=(503, 503, 503)) == o
 
 
 async def test_harbor_trusts_a_raw_transport_error_the_table_does_not(tmp_path: Path) -> None:
     """Harbor's error-policy trap: it grades an unlisted exception and calls its reward valid."""
     result = await run_trial(tmp_path, env={"reward": "1"}, agent={"run_fail": "reset"})
     assert result.reward_valid and result.verifier_result and result.verifier_result.rewards == {"reward": 1}
-    o = outcome_from_trial(result, run_id="r", group_id="g", episode_id="e", policy_version=1)
+    o = outcome_from_trial(result, work_of("r", "g", "e", 1))
     assert o.rewards == {"reward": 1.0} and o.n_turns == 3
     assert classify(o)[1] == Reward(value=0.0, reason="transport:ConnectionResetError")

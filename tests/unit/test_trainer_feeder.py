@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from consumers.trainer.feeder import group_id_of, index_of, missing_work, work_for_group
+from consumers.trainer.feeder import missing_work, work_for_group
+from cua_stream.identity import group_id_of, index_of
 
 
 def test_group_names_round_trip_and_foreign_groups_are_not_the_feeders() -> None:

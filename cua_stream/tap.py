@@ -11,17 +11,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import msgspec
-from aiokafka import TopicPartition
 from aiokafka.structs import ConsumerRecord
 
 from cua_stream.bus.codec import header_text, json_line
-from cua_stream.bus.consumer import (
-    decode_message,
-    make_kafka_consumer,
-    partitions_of,
-    start_consumer,
-    stop_consumer,
-)
+from cua_stream.bus.consumer import decode_message
+from cua_stream.bus.follow import Follower
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
 from cua_stream.events import (
@@ -156,39 +150,25 @@ async def follow(
 ) -> int:
     """Print matching events from ``specs`` until cancelled, ``count`` lines, or ``idle_timeout_s`` of
     silence. Returns the number of lines emitted."""
-    topics = config.topics()
-    by_name = {topics.name_of(s): s for s in specs}
-    consumer = make_kafka_consumer(config, group_id=None, from_beginning=from_beginning)
-    await start_consumer(consumer, config)
+    by_name = {config.topics().name_of(s): s for s in specs}
     emitted = 0
-    try:
-        tps = [TopicPartition(name, p) for name in by_name for p in await partitions_of(consumer, name)]
-        if not tps:
-            raise LookupError(f"none of {sorted(by_name)} exist; run `cua-stream topics create` first")
-        consumer.assign(tps)
-        if from_beginning:
-            await consumer.seek_to_beginning(*tps)
-        else:
-            await consumer.seek_to_end(*tps)
+    async with Follower(config, specs, start="beginning" if from_beginning else "end") as follower:
         last_seen = time.monotonic()
         while count is None or emitted < count:
-            polled = await consumer.getmany(timeout_ms=250)
+            polled = await follower.poll(0.25)
             if polled:
                 last_seen = time.monotonic()
             elif idle_timeout_s is not None and time.monotonic() - last_seen > idle_timeout_s:
                 break
-            for msgs in polled.values():
-                for msg in msgs:
-                    event, error = _decode(by_name, msg)
-                    headers = header_text(msg.headers or ())
-                    if not where.matches(headers, event):
-                        continue
-                    emit((render_json if as_json else render_line)(msg, event, error))
-                    emitted += 1
-                    if count is not None and emitted >= count:
-                        return emitted
-    finally:
-        await stop_consumer(consumer)
+            for msg in polled:
+                event, error = _decode(by_name, msg)
+                headers = header_text(msg.headers or ())
+                if not where.matches(headers, event):
+                    continue
+                emit((render_json if as_json else render_line)(msg, event, error))
+                emitted += 1
+                if count is not None and emitted >= count:
+                    return emitted
     return emitted
 
 

@@ -5,16 +5,10 @@ from __future__ import annotations
 import logging
 
 import anyio
-from aiokafka import TopicPartition
 from anyio.abc import TaskStatus
 
-from cua_stream.bus.consumer import (
-    decode_message,
-    make_kafka_consumer,
-    partitions_of,
-    start_consumer,
-    stop_consumer,
-)
+from cua_stream.bus.consumer import decode_message
+from cua_stream.bus.follow import Follower
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
 from cua_stream.events import PolicyVersion
@@ -35,36 +29,24 @@ class PolicyWatch:
         """Follow the topic from its start until cancelled (no group: every producer reads all of it);
         started once it has read up to the end it found, so admission never judges on an empty view."""
         name = self.bus.topics().name_of(POLICY)
-        consumer = make_kafka_consumer(self.bus, group_id=None)
-        await start_consumer(consumer, self.bus)
-        try:
-            tps = [TopicPartition(name, p) for p in await partitions_of(consumer, name)]
-            consumer.assign(tps)
-            await consumer.seek_to_beginning(*tps)
-            ends = await consumer.end_offsets(tps) if tps else {}
+        async with Follower(self.bus, [POLICY]) as policy:
+            ends = await policy.end_offsets()
             started = False
             while True:
-                for msgs in (await consumer.getmany(timeout_ms=500)).values():
-                    for msg in msgs:
-                        self._take(name, msg)
-                if not started and await self._caught_up(consumer, ends):
+                for msg in await policy.poll(0.5):
+                    self._take(name, msg)
+                if not started and await policy.caught_up(ends):
                     task_status.started()
                     started = True
-        finally:
-            await stop_consumer(consumer)
-
-    @staticmethod
-    async def _caught_up(consumer: object, ends: dict[TopicPartition, int]) -> bool:
-        for tp, end in ends.items():
-            if await consumer.position(tp) < end:  # type: ignore[attr-defined]
-                return False
-        return True
 
     def _take(self, name: str, msg: object) -> None:
         try:
             event = decode_message({name: POLICY}, msg).event  # type: ignore[arg-type]
-        except RecordError as e:  # the trainer's own topic: its dead letters are its job
-            log.warning("policy topic: skipping an undecodable record (%s)", e)
+        except RecordError as e:
+            # Not dead-lettered from here: every producer reads the whole topic (no group), so each would
+            # write its own copy of the same dead letter. Logged, and admission goes on without it.
+            log.warning("policy topic: skipping an undecodable record %s[%d]@%d (%s)",
+                        getattr(msg, "topic", "?"), getattr(msg, "partition", -1), getattr(msg, "offset", -1), e)  # fmt: skip
             return
         if isinstance(event, PolicyVersion):
             self.latest[event.run_id] = max(self.version_of(event.run_id), event.version)

@@ -33,7 +33,6 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 import httpx
-from aiokafka import AIOKafkaConsumer, TopicPartition
 from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
@@ -57,12 +56,8 @@ from cua_stream.blobs import open_blob_store
 from cua_stream.bus.consumer import (
     decode_message,
     letter_for,
-    make_kafka_consumer,
-    partitions_of,
-    require_topics,
-    start_consumer,
-    stop_consumer,
 )
+from cua_stream.bus.follow import Follower
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.errors import (
@@ -240,19 +235,14 @@ class Trainer:
         for k in range(st.issued):
             if group_id_of(cfg.run_id, k) not in join.decided:
                 join.expect(group_id_of(cfg.run_id, k), self.clock())
-        consumer = make_kafka_consumer(cfg.bus, group_id=None)
-        await start_consumer(consumer, cfg.bus)
-        try:
-            await require_topics(consumer, self.topics, (*INPUTS, WORK, TRAIN_STEPS, POLICY))
-            tps = [TopicPartition(n, p) for n in names for p in await partitions_of(consumer, n)]
-            consumer.assign(tps)
-            resume = {(t, p): o for t, p, o in saved.offsets}
-            lettered = {(t, p): o for t, p, o in saved.read_to}
-            for tp in tps:
-                if (tp.topic, tp.partition) in resume:
-                    consumer.seek(tp, resume[(tp.topic, tp.partition)])
-                else:
-                    await consumer.seek_to_beginning(tp)
+        lettered = {(t, p): o for t, p, o in saved.read_to}
+        inputs = Follower(
+            cfg.bus,
+            INPUTS,
+            offsets={(t, p): o for t, p, o in saved.offsets},
+            also_required=(WORK, TRAIN_STEPS, POLICY),
+        )
+        async with inputs:
             by_name = dict(zip(names, INPUTS, strict=True))
             task_status.started(self.metrics_port)
             checked = time.monotonic()
@@ -261,22 +251,20 @@ class Trainer:
                     await self._restore_engine(http)
                     checked = time.monotonic()
                 await self._feed(producer, join)
-                polled = await consumer.getmany(timeout_ms=200)
                 completed: list[GroupState] = []
-                for msgs in polled.values():
-                    for msg in msgs:
-                        try:
-                            delivery = decode_message(by_name, msg)
-                        except RecordError as e:  # dead-lettered at the next commit; never a stall
-                            self.metrics.undecodable.inc()
-                            log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
-                            if msg.offset >= lettered.get((msg.topic, msg.partition), 0):
-                                st.dead_letters.append(letter_for(e, msg))
-                            continue
-                        if (complete := join.add(delivery, self.clock())) is not None:
-                            completed.append(complete)
-                await set_barriers(consumer, join, completed)
-                positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
+                for msg in await inputs.poll(0.2):
+                    try:
+                        delivery = decode_message(by_name, msg)
+                    except RecordError as e:  # dead-lettered at the next commit; never a stall
+                        self.metrics.undecodable.inc()
+                        log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
+                        if msg.offset >= lettered.get((msg.topic, msg.partition), 0):
+                            st.dead_letters.append(letter_for(e, msg))
+                        continue
+                    if (complete := join.add(delivery, self.clock())) is not None:
+                        completed.append(complete)
+                await set_barriers(inputs, join, completed)
+                positions = await inputs.positions()
                 await self._decide(join, positions)
                 while take := next_batch(
                     [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in st.queue],
@@ -286,11 +274,9 @@ class Trainer:
                     await self._step(batch, join, positions, producer, http)
                     if cfg.max_steps and st.step >= cfg.max_steps:
                         break
-            positions = {(tp.topic, tp.partition): await consumer.position(tp) for tp in tps}
+            positions = await inputs.positions()
             if st.drops or st.dead_letters:  # decided since the last step: commit and publish them too
                 await self._commit([], join, positions, producer, http, weights_changed=False)
-        finally:
-            await stop_consumer(consumer)
 
     # -- decisions --------------------------------------------------------------------------------------
 
@@ -518,13 +504,12 @@ class Trainer:
         )
 
 
-async def set_barriers(consumer: AIOKafkaConsumer, join: Join, groups: list[GroupState]) -> None:
+async def set_barriers(inputs: Follower, join: Join, groups: list[GroupState]) -> None:
     """Give each group that just got its last score its barrier: the current end offsets of its call
     partitions, read in one request for all of them (a request per group would cost a round trip each)."""
     if not groups:
         return
-    wanted = {TopicPartition(t, p) for g in groups for t, p in join.call_partitions(g)}
-    ends = {(tp.topic, tp.partition): end for tp, end in (await consumer.end_offsets(list(wanted))).items()}
+    ends = await inputs.end_offsets({part for g in groups for part in join.call_partitions(g)})
     for group in groups:
         group.barrier = {tp: ends[tp] for tp in join.call_partitions(group)}
 

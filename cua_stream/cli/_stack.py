@@ -4,14 +4,15 @@ when the block ends; episodes run by an in-process producer and scorer until sco
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
+from anyio.abc import TaskGroup
 from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
@@ -128,26 +129,47 @@ def teacher_stack(
         yield serving
 
 
-async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
-    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
+@dataclass
+class Rollouts:
+    """An in-process scorer and producer, running (``rollouts``); more tasks go in ``task_group``."""
+
+    task_group: TaskGroup
+    producer_stop: anyio.Event
+
+    def stop_producer(self) -> None:
+        """Let the producer finish the episodes in hand and stop taking work (the scorer goes on)."""
+        self.producer_stop.set()
+
+
+@asynccontextmanager
+async def rollouts(producer: ProducerConfig) -> AsyncIterator[Rollouts]:
+    """Run a scorer and a producer in this process for the block (the one wiring ``demo``, ``learn``,
+    ``record-oracle`` and ``run_episodes`` share); both are stopped when it ends."""
     from consumers.scorer.config import ScorerConfig
     from consumers.scorer.daemon import Scorer
-    from cua_stream.bus.producer import EventProducer
-    from cua_stream.topics import WORK
     from producers.daemon import Producer
 
-    bus = producer.bus
     stop = anyio.Event()
     async with anyio.create_task_group() as tg:
-        await tg.start(Scorer(ScorerConfig(bus=bus)).run)
+        await tg.start(Scorer(ScorerConfig(bus=producer.bus)).run)
         await tg.start(lambda task_status: Producer(producer).run(stop=stop, task_status=task_status))
-        async with EventProducer(bus) as publisher:
+        try:
+            yield Rollouts(tg, stop)
+        finally:
+            stop.set()
+            tg.cancel_scope.cancel()
+
+
+async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
+    from cua_stream.bus.producer import EventProducer
+    from cua_stream.topics import WORK
+
+    async with rollouts(producer):
+        async with EventProducer(producer.bus) as publisher:
             for request in work:
                 await publisher.publish(WORK, request)
-        scores = await _scores_of(bus, work)
-        stop.set()
-        tg.cancel_scope.cancel()
-    return scores
+        return await _scores_of(producer.bus, work)
 
 
 async def _scores_of(bus: BusConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway
+from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway, rollouts
 from cua_stream.config import BusConfig, state_dir
 from cua_stream.tap import follow
 from cua_stream.topics import ALL, SCORES
@@ -108,13 +108,10 @@ async def _run(
 ) -> None:
     from transformers.utils import logging as transformers_logging
 
-    from consumers.scorer.config import ScorerConfig
-    from consumers.scorer.daemon import Scorer
     from consumers.trainer.daemon import Trainer, describe_step
     from cua_stream.bus.reader import scan
     from cua_stream.demo import trainer_config
     from cua_stream.topics import OUTCOMES
-    from producers.daemon import Producer
 
     transformers_logging.disable_progress_bar()  # the demo's own progress bar is the one to watch
     bus = producer.bus
@@ -133,16 +130,11 @@ async def _run(
             progress.update(bar, completed=event.step)
             out.print(f"    [bold green]step {event.step}[/bold green]: {describe_step(event)}")
 
-        stop_producer = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            await tg.start(Scorer(ScorerConfig(bus=bus)).run)
-            tg.start_soon(
+        async with rollouts(producer) as running:
+            running.task_group.start_soon(
                 lambda: follow(
                     bus, list(ALL), emit=lambda line: out.print("    " + line, markup=False, soft_wrap=True)
                 )
-            )
-            await tg.start(
-                lambda task_status: Producer(producer).run(stop=stop_producer, task_status=task_status)
             )
             where = {"local-desktop": "local desktops", "docker": "Docker containers"}.get(
                 producer.environment, f"the {producer.environment} environment"
@@ -160,7 +152,7 @@ async def _run(
                     if not await _unanswered(bus, config.run_id):
                         break
                     await anyio.sleep(1.0)
-            stop_producer.set()
+            running.stop_producer()
             async with httpx.AsyncClient(timeout=30) as http:
                 served = (await http.get(f"{engine_url}/get_model_info")).json().get("weight_version")
             await anyio.sleep(1.0)  # let the tap print the last records
@@ -172,7 +164,6 @@ async def _run(
             _summary(steps, scores, outcomes, served, config, producer)
             if follow_after:
                 await anyio.sleep(follow_after)
-            tg.cancel_scope.cancel()
 
 
 async def _unanswered(bus: BusConfig, run_id: str) -> int:

@@ -24,6 +24,7 @@ from cua_stream.cli._stack import (
     engine_and_gateway,
     out,
     parse_tasks,
+    rollouts,
     run_episodes,
     teacher_stack,
 )
@@ -360,11 +361,8 @@ async def _grpo(
     plan: LearnPlan, producer: ProducerConfig, model: Path, engine_url: str, run_id: str, home: Path,
     deadline: float,
 ) -> list[TrainStep]:  # fmt: skip
-    from consumers.scorer.config import ScorerConfig
-    from consumers.scorer.daemon import Scorer
     from consumers.trainer.config import TrainerConfig
     from consumers.trainer.daemon import Trainer, describe_step
-    from producers.daemon import Producer
 
     config = TrainerConfig(
         run_id=run_id, model_path=str(model), engine_url=engine_url, gateway_url=producer.gateway_url,
@@ -376,22 +374,16 @@ async def _grpo(
         steps.append(event)
         out.print(f"    step {event.step}: {describe_step(event)}")
 
-    stop_trainer, stop_producer = anyio.Event(), anyio.Event()
-    async with anyio.create_task_group() as tg:
-        await tg.start(Scorer(ScorerConfig(bus=producer.bus)).run)
-        await tg.start(
-            lambda task_status: Producer(producer).run(stop=stop_producer, task_status=task_status)
-        )
+    stop_trainer = anyio.Event()
+    async with rollouts(producer) as running:
 
         async def budget() -> None:
             await anyio.sleep(max(0.0, deadline - time.monotonic()))
             out.print("    the time budget is spent: stopping after the step in progress")
             stop_trainer.set()
 
-        tg.start_soon(budget)
+        running.task_group.start_soon(budget)
         await Trainer(config, on_step=on_step).run(stop=stop_trainer)
-        stop_producer.set()
-        tg.cancel_scope.cancel()
     return steps
 
 

@@ -11,8 +11,8 @@ from cua_stream.evaluation.stats import OVERALL, Difference, Interval, Summary, 
 def results_table(results: EvalResults, success_at: float = 1.0) -> Table:
     k = results.samples
     table = Table(
-        "task", "episodes", "success", "95% interval", "pass@1", *([f"pass@{k}"] if k > 1 else []),
-        "mean reward", "turns", "s/episode", "other verdicts",
+        "task", "episodes", "success", "95% CI", "pass@1", *([f"pass@{k}"] if k > 1 else []),
+        "reward", "turns", "s/ep.", "other verdicts",
         title=f"eval {results.run_id}: {results.policy} on {results.environment}, "
               f"{len(results.seeds)} layout(s) x {k} sample(s) per task",
     )  # fmt: skip
@@ -29,7 +29,7 @@ def results_table(results: EvalResults, success_at: float = 1.0) -> Table:
 
 def comparison_table(a: EvalResults, b: EvalResults, success_at: float = 1.0) -> Table:
     table = Table(
-        "task", f"A: {a.run_id}", f"B: {b.run_id}", "B - A", "95% interval", "significant",
+        "task", f"A: {a.run_id}", f"B: {b.run_id}", "B - A", "95% CI", "significant",
         title=f"A {a.policy} vs B {b.policy} (success; Newcombe interval of the difference)",
     )  # fmt: skip
     for task, d in compare(a.episodes, b.episodes, success_at).items():

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import msgspec
 import typer
+from rich.console import Console
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
 from cua_stream.cli._eval_report import comparison_table, results_table
@@ -94,7 +95,7 @@ def eval_(
     success (95 % Wilson interval), pass@k, reward, turns and time per task; write the episodes as JSON."""
     if compare is not None:
         a, b = (files.load(path) for path in compare)
-        out.print(comparison_table(a, b, success_at), width=_width())
+        _console().print(comparison_table(a, b, success_at))
         return
     plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
     from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, instance_work, sampling_of
@@ -154,7 +155,7 @@ def eval_(
     )
     path = out_file or state_dir() / "eval" / f"{run}.json"
     files.save(path, results)
-    out.print(results_table(results, success_at), width=_width())
+    _console().print(results_table(results, success_at))
     out.print(f"Episodes written to [bold]{path}[/bold]")
 
 
@@ -171,6 +172,10 @@ def _plan(
     if not policy and model_path is None:
         raise typer.BadParameter(
             "give a scripted policy (--policy) or a model (--model-path)", param_hint="--policy"
+        )
+    if model_path is not None and not (model_path / "config.json").is_file():
+        raise typer.BadParameter(
+            f"{model_path} is not a saved model (no config.json)", param_hint="--model-path"
         )
     if samples < 1:
         raise typer.BadParameter("at least 1", param_hint="--samples")
@@ -200,9 +205,10 @@ def _bus(file_data: dict[str, Any], bootstrap: str | None, step: Steps) -> BusCo
     return bus
 
 
-def _width() -> int | None:
-    """The terminal's width; 120 columns where the output is not a terminal (a log, a pipe)."""
-    return None if out.is_terminal else 120
+def _console() -> Console:
+    """Where the tables go: the terminal, or 120 columns where the output is not one (a log, a pipe),
+    so that a table of ten columns is not squeezed into 80."""
+    return out if out.is_terminal else Console(highlight=False, width=120)
 
 
 async def scored_outcomes(

@@ -62,23 +62,26 @@ def work_for_group(
 
 def instance_work(
     run_id: str,
-    tasks: Sequence[str],
+    tasks: Sequence[str | TaskRef],
     seeds: Sequence[int],
     *,
     sampling: dict[str, Any],
     now: float,
     teacher: str | None = None,
+    samples: int = 1,
 ) -> list[WorkRequest]:
-    """One episode per task instance (task and layout seed), a group of one (no group baseline: these are
-    demonstrations, with ``teacher`` forcing the replies, or evaluations), named ``<run>-<task>-s<seed>``."""
+    """``samples`` episodes per task instance (task and layout seed), one group per instance (no group
+    baseline: these are demonstrations, with ``teacher`` forcing the replies, or evaluations, whose
+    samples of one instance give pass@k)."""
+    refs = [task if isinstance(task, TaskRef) else TaskRef(name=task) for task in tasks]
     return [
         WorkRequest(
             run_id=run_id,
-            group_id=instance_group_id(run_id, task, seed),
-            episode_id=episode_id_of(instance_group_id(run_id, task, seed), 0),
-            task=TaskRef(name=task),
-            sample_index=0,
-            group_size=1,
+            group_id=instance_group_id(run_id, task.name, seed),
+            episode_id=episode_id_of(instance_group_id(run_id, task.name, seed), i),
+            task=task,
+            sample_index=i,
+            group_size=samples,
             policy_version=0,
             created_at=now,
             sampling=sampling,
@@ -86,7 +89,8 @@ def instance_work(
             teacher=teacher,
         )
         for seed in seeds
-        for task in tasks
+        for task in refs
+        for i in range(samples)
     ]
 
 

@@ -48,6 +48,7 @@ SUBCOMMANDS: dict[str, str] = {
     "record-oracle": "cua_stream.cli.record_oracle:record_oracle",
     "sft": "cua_stream.cli.sft:sft",
     "learn": "cua_stream.cli.learn:learn",
+    "eval": "cua_stream.cli.eval:eval_",
 }
 
 

@@ -47,15 +47,20 @@ def broker_and_topics(
         file_data=file_data,
         overrides={"bootstrap_servers": broker.config.bootstrap_servers},
     )
+    step("creating the topics")
+    create_topics(bus)
+    return broker, bus
+
+
+def create_topics(bus: BusConfig) -> None:
+    """The registry's topics under the bus's prefix (those that exist are kept)."""
 
     async def topics() -> None:
         async with TopicAdmin(bus) as admin:
             created = await admin.create()
         out.print(f"    topics under '{bus.topic_prefix}.': {len(created)} created, the rest existed")
 
-    step("creating the topics")
     anyio.run(topics)
-    return broker, bus
 
 
 @contextmanager

@@ -1,0 +1,227 @@
+"""`cua-stream eval`: a policy's success on a task set, with intervals, through the path training runs.
+
+Each task instance (task and layout, on layouts training never uses: ``cua_stream.evaluation.plan``)
+gets ``--samples`` episodes, run by the real producer (the local desktop, or the scripted environment)
+and judged by the real scorer over Kafka. The policy is a scripted one (``--policy oracle``: its replies
+forced through the gateway, as ``record-oracle`` records them) or a model (``--model-path``: sampled by
+the engine). Prints success with its 95 % interval, pass@k, mean reward, turns and time per task and
+overall, and writes every episode to a JSON file; ``--compare A.json B.json`` tells two such runs apart.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import anyio
+import msgspec
+import typer
+from rich.console import Console
+
+from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._eval_report import comparison_table, results_table
+from cua_stream.cli._stack import (
+    Steps,
+    broker_and_topics,
+    create_topics,
+    engine_and_gateway,
+    out,
+    run_episodes,
+    teacher_stack,
+)
+from cua_stream.config import BusConfig, build, state_dir
+from cua_stream.evaluation import results as files
+from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
+
+if TYPE_CHECKING:
+    from cua_stream.events import OutcomeEvent, ScoreEvent
+
+
+@friendly_errors
+def eval_(
+    tasks: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated bundled tasks, 'all', Harbor task directories, globs of them, "
+            "or dataset directories (a directory of task directories)."
+        ),
+    ] = "all",
+    samples: Annotated[
+        int, typer.Option("--samples", "-k", help="Episodes per task and layout (pass@k's k).")
+    ] = 1,
+    seeds: Annotated[
+        int, typer.Option(help="Layouts per task (evaluation layouts, apart from training's).")
+    ] = 2,
+    first_seed: Annotated[int, typer.Option(help="Index of the first layout in the evaluation range.")] = 0,
+    policy: Annotated[
+        str, typer.Option(help="A scripted policy (oracle, nothing, idle) playing the bundled tasks.")
+    ] = "",
+    model_path: Annotated[
+        Path | None,
+        typer.Option(
+            help="The model evaluated (a saved Qwen3-VL); with --policy, the one that scores the "
+            "forced replies (default: the demo's tiny model)."
+        ),
+    ] = None,
+    environment: Annotated[
+        str, typer.Option(help="local-desktop (Harbor trials on this host; root) or scripted (no desktop).")
+    ] = "local-desktop",
+    turns: Annotated[int, typer.Option(help="computer-1's turn limit per episode.")] = 10,
+    temperature: Annotated[float, typer.Option(help="The model's sampling temperature.")] = 1.0,
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens per reply at most.")] = 256,
+    success_at: Annotated[float, typer.Option(help="The reward an episode must reach to succeed.")] = 1.0,
+    concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
+    run_id: Annotated[str, typer.Option(help="The evaluation's run id (default: eval-<time>).")] = "",
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Results JSON (default: <state>/eval/<run>.json).")
+    ] = None,
+    compare: Annotated[
+        tuple[Path, Path] | None,
+        typer.Option(help="Compare two results files (A B): B's success minus A's, per task; runs nothing."),
+    ] = None,
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap", "-b", help="A running Kafka broker (host:port) instead of the local one."
+        ),
+    ] = None,
+    engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
+    gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
+    policies_port: Annotated[int, typer.Option(help="Scripted-policy server port.")] = 8090,
+    config: ConfigFile = None,
+) -> None:
+    """Evaluate a scripted policy or a model on a task set through the real producer and scorer; print
+    success (95 % Wilson interval), pass@k, reward, turns and time per task; write the episodes as JSON."""
+    if compare is not None:
+        a, b = (files.load(path) for path in compare)
+        _console().print(comparison_table(a, b, success_at))
+        return
+    plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
+    from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, instance_work, sampling_of
+    from cua_stream.demo import tiny_model_dir
+    from producers.config import producer_config
+
+    file_data = load_file(config)
+    producer = producer_config(
+        file_data,
+        {
+            "concurrency": concurrency,
+            "max_turns": turns,
+            "environment": environment,
+            "gateway_url": f"http://127.0.0.1:{gateway_port}",
+            "trials_dir": str(state_dir() / "eval-trials"),
+        },
+    )
+    if producer.environment == "local-desktop":
+        from cua_stream.desktop.doctor import require_desktop
+
+        require_desktop()
+    run = run_id or f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
+    step = Steps(5)
+    bus = _bus(file_data, bootstrap, step)
+    producer = msgspec.structs.replace(producer, bus=bus)
+    step("the policy")
+    model = model_path or tiny_model_dir()
+    out.print(f"    {policy or model}" + (f" (forced replies scored by {model})" if policy else ""))
+    logs = state_dir() / "eval-logs"
+    if policy:
+        step(f"starting the scripted policies, the engine and the gateway (logs in {logs})")
+        stack = teacher_stack(model, bus, engine_port=engine_port, gateway_port=gateway_port,
+                              policies_port=policies_port, logs=logs)  # fmt: skip
+        sampling = dict(DEMONSTRATION_SAMPLING, max_new_tokens=max_new_tokens)
+    else:
+        step(f"starting the engine and the gateway (logs in {logs})")
+        stack = engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs)
+        sampling = sampling_of(temperature, max_new_tokens)
+    with stack:
+        step(
+            f"evaluating {plan.episodes} episode(s): {len(plan.tasks)} task(s) x {len(plan.seeds)} layout(s) "
+            f"x {plan.samples} sample(s), {concurrency} at once, up to {turns} turns"
+        )
+        work = instance_work(run, plan.tasks, plan.seeds, samples=plan.samples, sampling=sampling,
+                             now=time.time(), teacher=policy or None)  # fmt: skip
+        scores = anyio.run(run_episodes, producer, work)
+        outcomes = anyio.run(scored_outcomes, bus, scores)
+    results = files.EvalResults(
+        run_id=run,
+        policy=policy or str(model),
+        environment=producer.environment,
+        samples=plan.samples,
+        seeds=list(plan.seeds),
+        tasks=[t.name for t in plan.tasks],
+        created_at=time.time(),
+        episodes=files.episodes_of(work, scores, outcomes),
+    )
+    path = out_file or state_dir() / "eval" / f"{run}.json"
+    files.save(path, results)
+    _console().print(results_table(results, success_at))
+    out.print(f"Episodes written to [bold]{path}[/bold]")
+
+
+def _plan(
+    tasks: str, samples: int, seeds: int, first_seed: int, policy: str, model_path: Path | None
+) -> EvalPlan:
+    """The options checked, each bad one named."""
+    from cua_stream.tasks import TASKS
+    from cua_stream.tasks.policy_server import POLICIES
+
+    if policy and policy not in POLICIES:
+        raise typer.BadParameter(f"unknown scripted policy {policy!r}; known: {', '.join(POLICIES)}",
+                                 param_hint="--policy")  # fmt: skip
+    if not policy and model_path is None:
+        raise typer.BadParameter(
+            "give a scripted policy (--policy) or a model (--model-path)", param_hint="--policy"
+        )
+    if model_path is not None and not (model_path / "config.json").is_file():
+        raise typer.BadParameter(
+            f"{model_path} is not a saved model (no config.json)", param_hint="--model-path"
+        )
+    if samples < 1:
+        raise typer.BadParameter("at least 1", param_hint="--samples")
+    try:
+        chosen = resolve_tasks(tasks)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--tasks") from None
+    try:
+        layouts = eval_seeds(first_seed, seeds)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--seeds/--first-seed") from None
+    plan = EvalPlan(tasks=tuple(chosen), samples=samples, seeds=tuple(layouts))
+    if policy and (unplayable := plan.unplayable(TASKS)):
+        raise typer.BadParameter(f"the scripted policies play only the bundled tasks, not {unplayable}",
+                                 param_hint="--tasks")  # fmt: skip
+    return plan
+
+
+def _bus(file_data: dict[str, Any], bootstrap: str | None, step: Steps) -> BusConfig:
+    """The local broker (started if need be), or the running one at ``bootstrap``; the topics on it."""
+    if bootstrap is None:
+        return broker_and_topics(file_data, step)[1]
+    step(f"using the Kafka broker at {bootstrap}")
+    bus = build(BusConfig, "bus", file_data=file_data, overrides={"bootstrap_servers": bootstrap})
+    step("creating the topics")
+    create_topics(bus)
+    return bus
+
+
+def _console() -> Console:
+    """Where the tables go: the terminal, or 120 columns where the output is not one (a log, a pipe),
+    so that a table of ten columns is not squeezed into 80."""
+    return out if out.is_terminal else Console(highlight=False, width=120)
+
+
+async def scored_outcomes(
+    bus: BusConfig, scores: dict[str, ScoreEvent]
+) -> dict[tuple[str, int], OutcomeEvent]:
+    """The outcomes of the scored attempts (each durable before its score), by episode id and attempt."""
+    from cua_stream.bus.reader import scan
+    from cua_stream.topics import OUTCOMES
+
+    wanted = {(s.episode_id, s.attempt) for s in scores.values()}
+    found: dict[tuple[str, int], OutcomeEvent] = {}
+    async for d in scan(bus, OUTCOMES):
+        key = (d.event.episode_id, d.event.attempt)
+        if key in wanted:
+            found[key] = d.event
+    return found

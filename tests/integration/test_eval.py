@@ -1,0 +1,99 @@
+"""`cua-stream eval` through the real stack: the scripted policies server, the engine and the gateway as
+child processes, the in-process producer (scripted environment) and scorer over the real broker; the
+numbers printed and written are checked against hand computations, and two runs compared.
+
+The scripted environment has no verifier: its reward is the share of the episode's replies that ended
+cleanly, so any scripted policy scores 1 there (the tasks' verdicts need the local desktop:
+tests/desktop/test_eval_on_desktop.py). The failing run here is one whose replies the gateway refuses
+(a reply cap below the policy's replies): every episode scored 0, with the gateway's status as reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cua_stream.evaluation.plan import EVAL_SEED_BASE
+from tests.conftest import free_port
+
+TASKS = "click-button,read-value"
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cua_stream", *args], capture_output=True, text=True, timeout=300, env=env
+    )
+
+
+def evaluate(policy: str, out: Path, bootstrap: str, env: dict[str, str], *extra: str) -> dict:
+    run = cli(
+        "eval", "--policy", policy, "--tasks", TASKS, "-k", "2", "--seeds", "1", "--environment", "scripted",
+        "--turns", "2", "--run-id", f"eval-{policy}-{uuid.uuid4().hex[:6]}", "--out", str(out),
+        "--bootstrap", bootstrap, "--engine-port", str(free_port()), "--gateway-port", str(free_port()),
+        "--policies-port", str(free_port()), *extra, env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    return {"stdout": run.stdout, "results": json.loads(out.read_text())}
+
+
+@pytest.mark.kafka
+@pytest.mark.model
+@pytest.mark.harbor
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_eval_runs_the_scripted_policies_and_compares_them(kafka_bootstrap: str, tmp_path: Path) -> None:
+    env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": f"t-{uuid.uuid4().hex[:10]}"}
+
+    good = evaluate("oracle", tmp_path / "oracle.json", kafka_bootstrap, env)
+    episodes = good["results"]["episodes"]
+    assert sorted((e["task"], e["sample"]) for e in episodes) == [
+        ("click-button", 0), ("click-button", 1), ("read-value", 0), ("read-value", 1),
+    ]  # fmt: skip
+    assert {e["seed"] for e in episodes} == {EVAL_SEED_BASE}  # the first evaluation layout
+    assert all(e["verdict"] == "reward" and e["reward"] == 1.0 and e["reason"] == "ok" for e in episodes)
+    assert all(e["turns"] == 2 and 0 < e["seconds"] < 120 for e in episodes)
+    # per task 2/2: Wilson [0.34, 1.00]; overall 4/4: [0.51, 1.00]; pass@1 = pass@2 = 1
+    table = good["stdout"]
+    assert table.count("1.00 (2/2)") == 2 and table.count("[0.34, 1.00]") == 2, table
+    assert "1.00 (4/4)" in table and "[0.51, 1.00]" in table, table
+
+    bad = evaluate("idle", tmp_path / "idle.json", kafka_bootstrap, env, "--max-new-tokens", "8")
+    episodes = bad["results"]["episodes"]
+    assert len(episodes) == 4
+    assert all(e["verdict"] == "reward" and e["reward"] == 0.0 for e in episodes), episodes
+    assert {e["reason"] for e in episodes} == {"server_status:400"}  # the gateway refused each reply
+    # overall 0/4: Wilson [0, z^2 / (4 + z^2)] = [0.00, 0.49]
+    assert "0.00 (0/4)" in bad["stdout"] and "[0.00, 0.49]" in bad["stdout"], bad["stdout"]
+    assert "server_status:400" in bad["stdout"], bad["stdout"]  # the reason, in "other verdicts"
+
+    compared = cli("eval", "--compare", str(tmp_path / "oracle.json"), str(tmp_path / "idle.json"), env=env)
+    assert compared.returncode == 0, compared.stderr
+    # B - A = -1, Newcombe's interval [-1, -1 + sqrt(2) * u] with u the upper Wilson end of 0/n:
+    # overall (n = 4, u = 0.49) [-1.00, -0.31]; per task (n = 2, u = 0.66) [-1.00, -0.07]
+    rows = {line.split("│")[1].strip(): line for line in compared.stdout.splitlines() if line.count("│") > 5}
+    assert set(rows) == {"click-button", "read-value", "overall"}, compared.stdout
+    assert "-1.00" in rows["overall"] and "[-1.00, -0.31]" in rows["overall"] and "yes" in rows["overall"]
+    assert "[-1.00, -0.07]" in rows["click-button"] and "yes" in rows["click-button"], compared.stdout
+
+
+def test_a_directory_that_is_not_a_task_is_one_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "not-a-task").mkdir()
+    run = cli(
+        "eval",
+        "--policy",
+        "oracle",
+        "--tasks",
+        f"click-test,{tmp_path / 'not-a-task'}",
+        env=os.environ | {"COLUMNS": "300"},
+    )
+    assert run.returncode == 2
+    assert (
+        "Invalid value for --tasks" in run.stderr
+        and "not-a-task is a directory without a task.toml" in run.stderr
+    )

@@ -9,17 +9,13 @@ The loop, one poll at a time:
 3. Decide each ready group (``samples`` + ``grpo``): queue it for training, or drop it with a reason;
    drop the groups past their deadline.
 4. Step, when the queue holds ``episodes_per_step`` episodes (whole groups): one optimizer step, then the
-   step's commit protocol:
-   a. save the new weights (the engine's next version);
-   b. write the checkpoint: weights, optimizer, decided groups, resume offsets, feeder position, and the
-      records the step publishes (``pending``);
-   c. load the weights on the engine (gateway drained meanwhile);
-   d. publish ``TrainStep``, ``PolicyVersion`` and the ``GroupDropped`` records decided since the last
-      checkpoint.
+   step's commit (``commit``: weights saved, the checkpoint listing the step's records written, the
+   weights loaded on the engine, the records — ``TrainStep``, ``PolicyVersion``, the groups dropped and
+   the records dead-lettered since the last checkpoint — published).
 
 A restart loads the checkpoint, re-loads its weights on the engine if the engine serves another version,
-publishes the pending records the log does not hold yet, and replays the inputs from the resume
-offsets: groups decided before the checkpoint are skipped, open ones are rebuilt exactly.
+publishes the pending records the log does not hold yet (``commit.reconcile``), and replays the inputs
+from the resume offsets: groups decided before the checkpoint are skipped, open ones are rebuilt exactly.
 """
 
 from __future__ import annotations
@@ -36,8 +32,9 @@ import httpx
 from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
+from consumers.trainer.commit import checkpoint_of, issued_in_log, publish, reconcile
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.feeder import missing_work, work_for_group
+from consumers.trainer.feeder import work_for_group
 from consumers.trainer.grpo import (
     EpisodeResult,
     GroupDecision,
@@ -59,7 +56,6 @@ from cua_stream.bus.consumer import (
 )
 from cua_stream.bus.follow import Follower
 from cua_stream.bus.producer import EventProducer
-from cua_stream.bus.reader import scan
 from cua_stream.errors import (
     ConfigError,
     EngineUnavailable,
@@ -72,15 +68,12 @@ from cua_stream.events import (
     GroupDropped,
     PolicyVersion,
     TrainStep,
-    WorkRequest,
-    from_json,
-    to_json,
 )
 from cua_stream.identity import group_id_of, index_of
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.tasks.refs import task_ref
-from cua_stream.topics import DLQ, POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
+from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
 from cua_stream.versions import staleness
 
 log = logging.getLogger(__name__)
@@ -161,34 +154,6 @@ class Trainer:
             backend.load_optimizer_state(state)
         return saved, backend
 
-    async def _reconcile(self, producer: EventProducer, pending: list[str]) -> None:
-        """Publish the checkpoint's pending records that the log does not hold yet."""
-        if not pending:
-            return
-        events = [from_json(raw) for raw in pending]
-        present: set[tuple[str, object]] = set()
-        for spec in {_topic_of(e) for e in events}:
-            async for d in scan(self.config.bus, spec):
-                present.add(_identity(d.event))
-        for event in events:
-            if _identity(event) not in present:
-                await producer.publish(_topic_of(event), event)
-
-    async def _issued_in_log(self, producer: EventProducer, decided: set[str]) -> int:
-        """One past the highest group index of this run on the work topic; the requests of a group it
-        was killed while issuing are issued now (a group short of episodes would never complete)."""
-        cfg, highest = self.config, -1
-        issued: list[WorkRequest] = []
-        async for d in scan(cfg.bus, WORK):
-            if d.event.run_id == cfg.run_id and (k := index_of(cfg.run_id, d.event.group_id)) is not None:
-                highest = max(highest, k)
-                if d.event.group_id not in decided:
-                    issued.append(d.event)
-        for work in missing_work(issued, cfg.group_size):
-            log.warning("issuing %s: the last run stopped while issuing its group", work.episode_id)
-            await producer.publish(WORK, work)
-        return highest + 1
-
     # -- run ------------------------------------------------------------------------------------------
 
     async def run(
@@ -216,8 +181,8 @@ class Trainer:
                 )
                 if saved.weights and self.config.engine_url and served != str(saved.version):
                     await self._push(http, self.dir / saved.weights, saved.version)
-                await self._reconcile(producer, saved.pending)
-                st.issued = max(saved.issued, await self._issued_in_log(producer, set(saved.decided)))
+                await reconcile(self.config.bus, producer, saved.pending)
+                st.issued = max(saved.issued, await issued_in_log(self.config, producer, set(saved.decided)))
                 await self._loop(producer, http, saved, stop, task_status)
             tg.cancel_scope.cancel()
 
@@ -413,25 +378,17 @@ class Trainer:
             )
         outputs += st.drops
         outputs += st.dead_letters
-        checkpoint = ckpt.Checkpoint(
-            run_id=cfg.run_id,
-            step=st.step,
-            version=st.version,
-            weights=weights,
-            decided=sorted(join.decided),
-            offsets=[(t, p, o) for (t, p), o in sorted(join.resume_offsets(positions).items())],
-            read_to=[(t, p, o) for (t, p), o in sorted(positions.items())],
-            issued=st.issued,
-            pending=[to_json(e).decode() for e in outputs],
-        )
+        checkpoint = checkpoint_of(
+            cfg.run_id, step=st.step, version=st.version, weights=weights, issued=st.issued,
+            join=join, positions=positions, outputs=outputs,
+        )  # fmt: skip
         await anyio.to_thread.run_sync(ckpt.save, self.dir, checkpoint, self.backend.optimizer_state())  # b.
         if weights_changed and cfg.engine_url:
             try:
                 await self._push(http, self.dir / weights, st.version)  # c.
             except EngineUnreachable as e:  # the engine watch loads them when it is back
                 log.warning("%s; training goes on", e)
-        for event in outputs:  # d.
-            await producer.publish(_topic_of(event), event)
+        await publish(producer, outputs)  # d.
         st.drops, st.dead_letters = [], []
         for event in outputs:
             if isinstance(event, TrainStep):
@@ -535,26 +492,6 @@ def _mean_reward(batch: list[Queued]) -> float:
         if eid in q.decision.advantages and ep.score is not None
     ]
     return sum(rewards) / len(rewards) if rewards else 0.0
-
-
-def _identity(event: object) -> tuple[str, object]:
-    """What makes a published trainer record the same record (for the restart's reconciliation)."""
-    if isinstance(event, TrainStep):
-        return ("step", (event.run_id, event.step))
-    if isinstance(event, PolicyVersion):
-        return ("version", (event.run_id, event.version))
-    if isinstance(event, GroupDropped):
-        return ("drop", (event.run_id, event.group_id))
-    if isinstance(event, DeadLetter):
-        return ("dead_letter", (event.source_topic, event.partition, event.offset))
-    return ("other", id(event))
-
-
-def _topic_of(event: Event) -> TopicSpec:
-    """Where the trainer publishes ``event``."""
-    if isinstance(event, PolicyVersion):
-        return POLICY
-    return DLQ if isinstance(event, DeadLetter) else TRAIN_STEPS
 
 
 async def serve(

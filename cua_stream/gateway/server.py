@@ -61,7 +61,7 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
                 app.state.gateway = gateway
                 app.state.loop_lag = LoopLag()
                 tg.start_soon(app.state.loop_lag.run)
-                tg.start_soon(gateway.expire_idle_forever)
+                tg.start_soon(gateway.table.expire_idle_forever)
                 yield
                 tg.cancel_scope.cancel()
         finally:

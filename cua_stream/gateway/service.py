@@ -1,5 +1,6 @@
-"""The gateway service: sessions, the chat path, drain/resume. I/O (engine, blob store, event sink) is
-injected; the TITO decisions live in the pure modules it calls.
+"""The gateway service: the chat path, over the session table (``sessions``) and the drain gate
+(``drain``). I/O (engine, blob store, event sink) is injected; the TITO decisions live in the pure
+modules it calls.
 
 The chat path, in order:
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
@@ -42,15 +42,16 @@ from cua_stream.errors import EngineHTTPError, EngineProtocolError, EngineUnavai
 from cua_stream.events import CallRecord, ImageRef, TokenIds
 from cua_stream.gateway.calltree import CallNode, Match
 from cua_stream.gateway.chat_request import ChatCall, parse_chat_request
+from cua_stream.gateway.drain import DrainGate
 from cua_stream.gateway.engine_client import Engine, EngineReply, JsonIds, JsonStrings, engine_error_message
 from cua_stream.gateway.messages import assistant_reply
 from cua_stream.gateway.metrics import GatewayMetrics
-from cua_stream.gateway.mismatch import tree_report
 from cua_stream.gateway.openai_format import Reply, completion_body, refusal_reply, stream_body
 from cua_stream.gateway.records import build_record, topic_for
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.rendering import PreparedImage, RenderedDelta, Renderer
 from cua_stream.gateway.session import Session, SessionSpec
+from cua_stream.gateway.sessions import SessionTable
 from cua_stream.gateway.teacher import Teacher
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,6 @@ DEFAULT_MAX_NEW_TOKENS = SamplingParams().max_new_tokens
 """A call's completion cap when neither the request nor the session sets one (SGLang's default)."""
 _INLINE_RENDER_CHARS = 32_768
 """New text up to this size is rendered on the event loop (well under a millisecond); more goes to a thread."""
-_EXPIRED_REMEMBERED = 4096
 _ENGINE_CHECK_S = 1.0
 """Readiness probes within this long of the last engine health check reuse its answer."""
 
@@ -106,127 +106,61 @@ class Gateway:
     ) -> None:
         self.renderer = renderer
         self.teacher = teacher
-        self.drain_hold_s = drain_hold_s
         self.engine = engine
         self.sink = sink
         self.blobs = blobs
-        self.max_new_tokens_cap = max_new_tokens_cap
         self.context_length = context_length
-        self.session_idle_timeout_s = session_idle_timeout_s
-        self.max_sessions = max_sessions
         self._clock = clock
-        self.sessions: dict[str, Session] = {}
-        self.expired: OrderedDict[str, str] = OrderedDict()
-        """Recently expired session ids → why (bounded), so a late call hears why it got 404."""
         self.metrics = GatewayMetrics()
-        self.draining = False
-        self.in_flight = 0
-        self._idle = anyio.Event()  # set whenever no chat call is in flight
-        self._idle.set()
-        self._resumed = anyio.Event()
-        self._locks: dict[str, anyio.Lock] = {}
+        self.table = SessionTable(
+            renderer=renderer,
+            metrics=self.metrics,
+            max_new_tokens_cap=max_new_tokens_cap,
+            has_teacher=teacher is not None,
+            idle_timeout_s=session_idle_timeout_s,
+            max_sessions=max_sessions,
+            clock=clock,
+        )
+        self.gate = DrainGate(drain_hold_s)
         self._engine_checked: tuple[float, bool, str] | None = None
 
-    # -- sessions -------------------------------------------------------------------------------------
+    # -- sessions and drain: their own homes (``sessions``, ``drain``), named here for the app -----------
+
+    @property
+    def sessions(self) -> dict[str, Session]:
+        return self.table.open
+
+    @property
+    def draining(self) -> bool:
+        return self.gate.draining
+
+    @property
+    def in_flight(self) -> int:
+        return self.gate.in_flight
 
     def create_session(self, spec: SessionSpec) -> Session:
-        asked = spec.sampling.get("max_new_tokens")
-        if asked is not None and asked > self.max_new_tokens_cap:
-            raise Refusal(
-                400,
-                f"sampling.max_new_tokens={asked} is over the gateway's cap of {self.max_new_tokens_cap} "
-                "(gateway.max_new_tokens_cap)",
-            )
-        if spec.teacher is not None and self.teacher is None:
-            raise Refusal(
-                400, "this session asks for a teacher, but the gateway has none (gateway.teacher_url)"
-            )
-        session = Session.create(spec, time.time())
-        session.last_active = self._clock()
-        if session.session_id in self.sessions:
-            raise Refusal(409, f"session {session.session_id} already exists", code="session_exists")
-        if len(self.sessions) >= self.max_sessions and not self.expire_idle():
-            raise Refusal(
-                503,
-                f"the gateway holds {len(self.sessions)} open sessions (gateway.max_sessions); "
-                "delete the sessions of finished episodes",
-                code="too_many_sessions",
-            )
-        self.expired.pop(session.session_id, None)
-        self.sessions[session.session_id] = session
-        # fast_acquire: an uncontended lock (the usual case) costs no trip through the event loop.
-        self._locks[session.session_id] = anyio.Lock(fast_acquire=True)
-        return session
+        return self.table.create(spec)
 
     def get_session(self, session_id: str) -> Session:
-        try:
-            return self.sessions[session_id]
-        except KeyError:
-            if session_id in self.expired:
-                raise Refusal(
-                    404, f"session {session_id} expired: {self.expired[session_id]}", code="session_expired"
-                ) from None
-            raise Refusal(404, f"unknown session {session_id}", code="session_not_found") from None
+        return self.table.get(session_id)
 
     def describe(self, session: Session) -> dict[str, Any]:
-        return {**session.summary(), "tito_mismatch": self.mismatch_report(session)}
+        return self.table.describe(session)
 
     def delete_session(self, session_id: str) -> dict[str, Any]:
-        session = self.get_session(session_id)
-        report = self.describe(session)
-        for leaf_types in report["tito_mismatch"]["leaves"].values():
-            for t in leaf_types or ["none"]:
-                self.metrics.tito_mismatch.inc(type=t)
-        del self.sessions[session_id]
-        self._locks.pop(session_id, None)
-        return report
-
-    def mismatch_report(self, session: Session) -> dict[str, Any]:
-        return tree_report(self.renderer, session.tree.leaves())
+        return self.table.delete(session_id)
 
     def expire_idle(self) -> int:
-        """Drop the sessions without a call for ``session_idle_timeout_s`` (none with a call in flight);
-        their ids are remembered with the reason. Returns how many expired."""
-        now = self._clock()
-        idle = [
-            s
-            for s in self.sessions.values()
-            if s.in_flight == 0 and now - s.last_active > self.session_idle_timeout_s
-        ]
-        for session in idle:
-            del self.sessions[session.session_id]
-            self._locks.pop(session.session_id, None)
-            self.expired[session.session_id] = (
-                f"idle for more than {self.session_idle_timeout_s:g} s (gateway.session_idle_timeout_s)"
-            )
-            while len(self.expired) > _EXPIRED_REMEMBERED:
-                self.expired.popitem(last=False)
-            self.metrics.sessions_expired.inc(reason="idle")
-            log.info("session %s of episode %s expired (idle)", session.session_id, session.episode_id)
-        return len(idle)
-
-    async def expire_idle_forever(self, every_s: float = 30.0) -> None:
-        """The expiry sweep, run beside the server (a task of the app's lifespan)."""
-        while True:
-            await anyio.sleep(min(every_s, self.session_idle_timeout_s / 2))
-            self.expire_idle()
-
-    # -- drain ----------------------------------------------------------------------------------------
+        return self.table.expire_idle()
 
     async def drain(self, timeout_s: float) -> dict[str, Any]:
-        """Stop admitting chat calls (503) and wait up to ``timeout_s`` for those in flight to finish.
-        Concurrent drains wait on the same idle event, so each returns as soon as the gateway is idle."""
-        if not self.draining:
-            self.draining = True
-            self._resumed = anyio.Event()
-        with anyio.move_on_after(timeout_s):
-            await self._idle.wait()
-        return self.drain_status()
+        return await self.gate.drain(timeout_s)
 
     def resume(self) -> dict[str, Any]:
-        self.draining = False
-        self._resumed.set()
-        return self.drain_status()
+        return self.gate.resume()
+
+    def drain_status(self) -> dict[str, Any]:
+        return self.gate.status()
 
     async def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, detail): ready to serve chat calls when the engine answers its health check and the
@@ -248,9 +182,6 @@ class Gateway:
         """The engine's state at the last readiness check ("unknown" before the first)."""
         return "unknown" if self._engine_checked is None else self._engine_checked[2]
 
-    def drain_status(self) -> dict[str, Any]:
-        return {"draining": self.draining, "in_flight": self.in_flight, "idle": self.in_flight == 0}
-
     # -- chat -----------------------------------------------------------------------------------------
 
     async def chat(self, session_id: str, body: bytes | dict[str, Any]) -> Reply:
@@ -265,25 +196,18 @@ class Gateway:
     async def _chat(self, session_id: str, body: bytes | dict[str, Any]) -> Reply:
         started_at = time.time()
         try:
-            session = self.get_session(session_id)
-            if self.draining and self.drain_hold_s > 0:
-                with anyio.move_on_after(self.drain_hold_s):
-                    await self._resumed.wait()
+            session = self.table.get(session_id)
+            await self.gate.admit()  # held while a weight update drains the gateway, then 503
             t0 = time.perf_counter()  # gateway_ms counts the gateway's work, not a drain hold
-            if self.draining:
-                raise Refusal(
-                    503, "the gateway is draining for a weight update; retry shortly", code="draining"
-                )
             call = parse_chat_request(body, session)
         except Refusal as r:
             return refusal_reply(r)
         session.known_request = call.known
-        self.in_flight += 1
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
         session.in_flight += 1
         session.last_active = self._clock()
         try:
-            return await self._generate_and_record(session, call, started_at, t0, body)
+            with self.gate.in_flight_call():
+                return await self._generate_and_record(session, call, started_at, t0, body)
         except Refusal as r:
             return refusal_reply(r)
         except EngineHTTPError as e:
@@ -296,11 +220,8 @@ class Gateway:
             self.metrics.cancelled.inc()  # the client went away (the engine client aborted the engine's work)
             raise
         finally:
-            self.in_flight -= 1
             session.in_flight -= 1
             session.last_active = self._clock()
-            if self.in_flight == 0:
-                self._idle.set()
 
     async def prepare_async(self, session: Session, call: ChatCall) -> Prepared:
         """``prepare``, with a large new part rendered and tokenized in a worker thread: megabytes of
@@ -359,7 +280,8 @@ class Gateway:
             )
         asked = call.sampling.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)
         call = replace(
-            call, sampling={**call.sampling, "max_new_tokens": min(asked, self.max_new_tokens_cap, room)}
+            call,
+            sampling={**call.sampling, "max_new_tokens": min(asked, self.table.max_new_tokens_cap, room)},
         )
         return Prepared(
             call_id=uuid.uuid4().hex,
@@ -519,7 +441,7 @@ class Gateway:
         """Step 5: under the session lock, take the seq, publish durably, then add the call to the tree."""
         call = prepared.call
         # A session deleted while this call was in flight still gets its record published.
-        lock = self._locks.get(session.session_id) or anyio.Lock()
+        lock = self.table.locks.get(session.session_id) or anyio.Lock()
         async with lock:
             event = msgspec.structs.replace(event, seq=session.next_seq)
             try:

@@ -75,7 +75,7 @@ async def test_request_sampling_is_checked_with_the_engines_rules(h: Harness) ->
 
 
 async def test_generation_is_capped_by_the_configured_maximum_and_the_context(h: Harness) -> None:
-    h.gateway.max_new_tokens_cap = 100
+    h.gateway.table.max_new_tokens_cap = 100
     h.gateway.context_length = 400
     sid = await h.session(max_new_tokens=50)
     reply_of(await h.chat(sid, [user_turn("hi")], max_tokens=10**9))
@@ -167,8 +167,8 @@ async def test_idle_sessions_expire_with_a_reason_and_the_session_count_is_bound
     harness = Harness(renderer, tmp_path)
     now = [1000.0]
     gw = harness.gateway
-    gw._clock = lambda: now[0]
-    gw.session_idle_timeout_s, gw.max_sessions = 60.0, 2
+    gw._clock = gw.table.clock = lambda: now[0]
+    gw.table.idle_timeout_s, gw.table.max_sessions = 60.0, 2
     async with harness.http:
         old = await harness.session()
         now[0] += 30

@@ -321,7 +321,7 @@ async def test_an_image_that_is_not_an_image_is_refused(h: Harness) -> None:
 
 async def test_with_a_drain_hold_a_call_waits_for_the_resume_instead_of_failing(h: Harness) -> None:
     sid = await h.session()
-    h.gateway.drain_hold_s = 10.0
+    h.gateway.gate.hold_s = 10.0
     await h.http.post("/admin/drain", json={"timeout_s": 1})
     statuses: list[int] = []
     async with anyio.create_task_group() as tg:
@@ -334,7 +334,7 @@ async def test_with_a_drain_hold_a_call_waits_for_the_resume_instead_of_failing(
         assert statuses == [] and h.engine.calls == []  # held, not sent to the old weights
         await h.http.post("/admin/resume")
     assert statuses == [200] and len(h.turns()) == 1
-    h.gateway.drain_hold_s = 0.05
+    h.gateway.gate.hold_s = 0.05
     await h.http.post("/admin/drain", json={"timeout_s": 1})
     assert (await h.chat(sid, [user_turn("too long")])).status_code == 503
 

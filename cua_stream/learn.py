@@ -21,6 +21,46 @@ from cua_stream.tasks.policies import reply_action
 SEED_SPACE = 2**32
 """Seeds at or above this are never a group's CRC-32 (``identity.layout_seed``)."""
 EVAL_OFFSET = 1_000_000
+MAX_SEED = (2**40 - SEED_SPACE - 3 * EVAL_OFFSET) // (10 * EVAL_OFFSET)
+"""The largest ``--seed`` whose layouts (``SEED_SPACE + seed * 10^7`` and up, three kinds of up to 10^6)
+stay below the evaluation range (``cua_stream.evaluation.plan``, 2^40 and up)."""
+
+
+def plan_problem(plan: LearnPlan) -> str | None:
+    """``<field>: what it must be`` for the first setting of ``plan`` out of its range, or None."""
+    from cua_stream.models.tiny import SIZES
+
+    per_kind = (
+        EVAL_OFFSET - 1
+    )  # layouts of one kind (demonstrations, evaluations, probes) never reach the next
+    checks: list[tuple[str, bool, str]] = [
+        ("seed", 0 <= plan.seed <= MAX_SEED, f"in 0..{MAX_SEED} (its layouts stay below evaluation's, 2^40)"),
+        ("demo_seeds", 1 <= plan.demo_seeds <= per_kind, f"in 1..{per_kind}"),
+        ("eval_episodes", 1 <= plan.eval_episodes <= per_kind, f"in 1..{per_kind}"),
+        ("probe_episodes", 1 <= plan.probe_episodes <= per_kind, f"in 1..{per_kind}"),
+        ("sft_epochs", plan.sft_epochs >= 1, "at least 1"),
+        ("steps", plan.steps >= 1, "at least 1"),
+        ("group_size", plan.group_size >= 1, "at least 1"),
+        ("groups_per_step", plan.groups_per_step >= 1, "at least 1"),
+        ("concurrency", plan.concurrency >= 1, "at least 1"),
+        ("lr", plan.lr > 0, "above 0"),
+        ("temperature", plan.temperature > 0, "above 0"),
+        ("model_size", plan.model_size in SIZES, f"one of {', '.join(SIZES)}"),
+        ("loss_reduction", plan.loss_reduction in ("episode", "token"), "'episode' or 'token'"),
+        ("passes", plan.passes >= 1, "at least 1"),
+        ("lr_warmup_steps", plan.lr_warmup_steps >= 0, "0 (none) or more"),
+        ("kl_coef", plan.kl_coef >= 0, "0 (off) or more"),
+        ("negative_scale", plan.negative_scale >= 0, "0 (only the winners) or more"),  # NaN too
+        ("sft_target_nll", plan.sft_target_nll is None or plan.sft_target_nll >= 0, "0 (all the epochs) or more"),
+        ("sft_start_success", plan.sft_start_success is None or 0 <= plan.sft_start_success <= 1,
+         "in [0, 1] (0: no probing)"),
+        ("sft_probe_nll", plan.sft_probe_nll > 0, "above 0"),
+        ("probes_per_epoch", plan.probes_per_epoch >= 1, "at least 1"),
+        ("top_k", plan.top_k == -1 or plan.top_k >= 1, "-1 (all tokens) or at least 1"),
+        ("min_p", 0 <= plan.min_p < 1, "in [0, 1)"),
+        ("max_parse_errors", plan.max_parse_errors is None or plan.max_parse_errors >= 1, "0 (never) or more"),
+    ]  # fmt: skip
+    return next((f"{name}: {want}" for name, ok, want in checks if not ok), None)
 
 
 @dataclass(frozen=True)
@@ -115,6 +155,10 @@ class LearnPlan:
     """The oracle's replies are ~40-70 tokens."""
     window: int = 3
     """Steps averaged at each end of the curve (the goal compares the first and last ``window``)."""
+
+    def __post_init__(self) -> None:
+        if problem := plan_problem(self):
+            raise ValueError(problem)
 
     @property
     def demonstrated(self) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import statistics
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import msgspec
@@ -113,40 +113,12 @@ def learn(
 
     from consumers.trainer.feeder import demonstration_work, instance_work, sampling_of
     from cua_stream.desktop.doctor import require_desktop
-    from cua_stream.learn import LearnPlan, success_by_task
-    from cua_stream.models.tiny import SIZES, make_tiny_model
+    from cua_stream.learn import success_by_task
+    from cua_stream.models.tiny import make_tiny_model
     from producers.config import producer_config
 
     started = time.monotonic()
-    if model_size not in SIZES:
-        raise typer.BadParameter(f"one of {', '.join(SIZES)}", param_hint="--model-size")
-    if loss_reduction not in ("episode", "token"):
-        raise typer.BadParameter("'episode' or 'token'", param_hint="--loss-reduction")
-    if passes < 1:
-        raise typer.BadParameter("at least 1", param_hint="--passes")
-    if lr_warmup_steps < 0:
-        raise typer.BadParameter("0 (none) or more", param_hint="--lr-warmup-steps")
-    if kl_coef < 0:
-        raise typer.BadParameter("0 (off) or more", param_hint="--kl-coef")
-    if not negative_scale >= 0:
-        raise typer.BadParameter("0 (only the winners) or more", param_hint="--negative-scale")
-    if sft_target_nll < 0:
-        raise typer.BadParameter("0 (all the epochs) or more", param_hint="--sft-target-nll")
-    if not 0 <= sft_start_success <= 1:
-        raise typer.BadParameter("in [0, 1] (0: no probing)", param_hint="--sft-start-success")
-    if sft_probe_nll <= 0:
-        raise typer.BadParameter("above 0", param_hint="--sft-probe-nll")
-    if probe_episodes < 1:
-        raise typer.BadParameter("at least 1", param_hint="--probe-episodes")
-    if probes_per_epoch < 1:
-        raise typer.BadParameter("at least 1", param_hint="--probes-per-epoch")
-    if top_k == 0 or top_k < -1:
-        raise typer.BadParameter("-1 (all tokens) or at least 1", param_hint="--top-k")
-    if not 0 <= min_p < 1:
-        raise typer.BadParameter("in [0, 1)", param_hint="--min-p")
-    if max_parse_errors < 0:
-        raise typer.BadParameter("0 (never) or more", param_hint="--max-parse-errors")
-    plan = LearnPlan(
+    plan = _plan(
         seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)),
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
         sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None,
@@ -465,3 +437,20 @@ def _plot(curve: Curve, path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+OPTION_OF = {"demo_seeds": "--demos"}
+"""``LearnPlan`` fields whose option is not the field's name with dashes."""
+
+
+def _plan(**settings: Any) -> LearnPlan:
+    """The plan of these settings; a setting out of range is the option's error (exit 2, named)."""
+    from cua_stream.learn import LearnPlan
+
+    try:
+        return LearnPlan(**settings)
+    except ValueError as e:
+        field, _, want = str(e).partition(": ")
+        raise typer.BadParameter(
+            want, param_hint=OPTION_OF.get(field, "--" + field.replace("_", "-"))
+        ) from None

@@ -17,7 +17,7 @@ from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EVAL_SEED_BASE, EvalPlan, eval_seeds, is_eval_seed, resolve_tasks
 from cua_stream.events import Discard, OutcomeEvent, Reward, ScoreEvent, TaskRef, WorkRequest
 from cua_stream.identity import index_of, layout_seed
-from cua_stream.learn import LearnPlan
+from cua_stream.learn import EVAL_OFFSET, MAX_SEED, LearnPlan
 from cua_stream.tasks import TASKS, task_dir
 
 
@@ -30,10 +30,13 @@ def test_evaluation_layouts_are_apart_from_trainings() -> None:
                        sample_index=0, group_size=4, policy_version=0, created_at=0.0)  # fmt: skip
     assert not is_eval_seed(layout_seed(grpo))
     # learn's demonstrations, evaluations and probes, for small and very large learn seeds
-    for seed in (0, 1, 7, 100_000):
-        plan = LearnPlan(seed=seed)
+    for seed in (0, 1, 7, 100_000, MAX_SEED):
+        plan = LearnPlan(seed=seed, demo_seeds=EVAL_OFFSET - 1, eval_episodes=EVAL_OFFSET - 1,
+                         probe_episodes=EVAL_OFFSET - 1)  # fmt: skip
         learn = plan.demo_layouts() + plan.eval_layouts() + plan.probe_layouts()
-        assert not any(is_eval_seed(s) for s in learn), seed
+        assert max(learn) < EVAL_SEED_BASE and len(set(learn)) == len(learn), seed
+    with pytest.raises(ValueError, match="seed"):
+        LearnPlan(seed=MAX_SEED + 1)  # its layouts would reach evaluation's
     with pytest.raises(ValueError, match="outside"):
         eval_seeds(-1, 2)
     with pytest.raises(ValueError, match="outside"):

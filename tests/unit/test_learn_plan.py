@@ -145,7 +145,10 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
     [
         ("--sft-start-success", "1.5", "in [0, 1] (0: no probing)"),
         ("--sft-probe-nll", "0", "above 0"),
-        ("--probe-episodes", "0", "at least 1"),
+        ("--probe-episodes", "0", "in 1..999999"),
+        ("--demos", "0", "in 1..999999"),
+        ("--seed", "200000", "in 0..109521"),
+        ("--steps", "0", "at least 1"),
         ("--min-p", "1", "in [0, 1)"),
         ("--kl-coef", "-1", "0 (off) or more"),
         ("--negative-scale", "-0.5", "0 (only the winners) or more"),

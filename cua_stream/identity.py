@@ -18,7 +18,14 @@ from typing import Any
 from cua_stream.events import OutcomeEvent, WorkRequest
 
 ID_FIELDS = ("run_id", "group_id", "episode_id")
+EVAL_RUN_PREFIX = "eval-"
+"""Evaluation runs' ids start with this, and no trainer's may: evaluation work is never trained, by
+construction (a trainer joins only its own run's records)."""
 MAX_ID_LENGTH = 512
+
+
+def is_eval_run(run_id: str) -> bool:
+    return run_id.startswith(EVAL_RUN_PREFIX)
 
 
 def group_id_of(run_id: str, index: int) -> str:

@@ -13,6 +13,7 @@ from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
 from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
+from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 from cua_stream.tasks.refs import task_ref
 
 
@@ -99,6 +100,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError(
                 f"trainer.run_id: {self.run_id!r}: use 1-128 letters, digits, '.', '_' or '-' (it names "
                 "the run's groups and its checkpoint directory)"
+            )
+        if is_eval_run(self.run_id):
+            raise ConfigError(
+                f"trainer.run_id: {self.run_id!r} is an evaluation's run id ({EVAL_RUN_PREFIX}...): "
+                "evaluation work is never trained"
             )
         if not self.model_path:
             raise ConfigError("trainer.model_path: required")

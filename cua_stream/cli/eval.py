@@ -33,6 +33,7 @@ from cua_stream.cli._stack import (
 from cua_stream.config import BusConfig, build, state_dir
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
+from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 
 if TYPE_CHECKING:
     from cua_stream.events import OutcomeEvent, ScoreEvent
@@ -98,6 +99,12 @@ def eval_(
         _console().print(comparison_table(a, b, success_at))
         return
     plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
+    run = run_id or f"{EVAL_RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
+    if not is_eval_run(run):
+        raise typer.BadParameter(
+            f"an evaluation's run id starts with {EVAL_RUN_PREFIX!r} (no trainer takes such a run)",
+            param_hint="--run-id",
+        )
     from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, instance_work, sampling_of
     from cua_stream.demo import tiny_model_dir
     from producers.config import producer_config
@@ -117,7 +124,6 @@ def eval_(
         from cua_stream.desktop.doctor import require_desktop
 
         require_desktop()
-    run = run_id or f"eval-{time.strftime('%Y%m%d-%H%M%S')}"
     step = Steps(5)
     bus = _bus(file_data, bootstrap, step)
     producer = msgspec.structs.replace(producer, bus=bus)

@@ -4,11 +4,13 @@ no trainer joins, and the episodes folded from the records and read back."""
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
 import pytest
 
+from consumers.trainer.config import TrainerConfig
 from consumers.trainer.feeder import instance_work
 from consumers.trainer.join import Join
 from cua_stream.bus.codec import Delivery
@@ -113,6 +115,19 @@ def test_no_trainer_takes_an_evaluations_groups() -> None:
             assert join.add(Delivery(score, "t.scores", 0, 0, None, b"", (), 0), now=0.0) is None  # type: ignore[arg-type]
             assert index_of(trainer_run, w.group_id) is None
         assert join.groups == {}
+    # and the one trainer that would join them, one of the evaluation's own run id, cannot be configured
+    with pytest.raises(ConfigError, match="evaluation's run id"):
+        TrainerConfig(run_id="eval-1", model_path="/checked-after-the-run-id")
+
+
+def test_an_evaluations_run_id_is_one_no_trainer_takes() -> None:
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "cua_stream", "eval", "--policy", "oracle", "--run-id", "train-7"],
+                         capture_output=True, text=True, timeout=120, env=os.environ | {"COLUMNS": "200"})  # fmt: skip
+    said = " ".join((res.stdout + res.stderr).replace("│", " ").split())
+    assert res.returncode == 2 and "--run-id" in said and "starts with 'eval-'" in said, said
 
 
 def outcome(episode: str, attempt: int, turns: int, start: float, end: float) -> OutcomeEvent:

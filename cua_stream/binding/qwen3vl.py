@@ -16,10 +16,12 @@ It keeps Harbor's generic strict-JSON loop, runtime, compaction and recorder, an
    ``start_url`` into the address bar, often of a page still loading; the policy's first observation is
    then a blank browser and its first turn a ``wait`` (an oracle recorded 4 to 12 such turns in 24
    demonstrations). The task's probe is polled first, so every episode starts on the drawn page. The
-   navigation is typed (ctrl+L, the URL, Return by xdotool): on a loaded machine a browser that has a
-   window but not yet a working address bar loses it, and the page never comes. So while the probe keeps
-   failing, ``start_url`` is navigated to again, after ``ready_renavigate_sec`` and then at doubling
-   intervals (a slow page gets longer each time to finish).
+   navigation is typed (ctrl+L, the URL, Return by xdotool), and a busy desktop can lose the typing: CI
+   caught a browser left on about:blank, its address bar selected, the URL never in it, the probe
+   failing for its whole 30 s. So while the probe keeps failing, ``start_url`` is opened again — after
+   ``ready_renavigate_sec``, then at doubling intervals (a slow page gets longer each time to finish) —
+   through the DevTools endpoint computer-1's Chromium listens on (a new foreground tab, no keystrokes),
+   or typed again where that endpoint does not answer.
 6. Parse errors (opt-in, ``max_parse_errors``): after that many consecutive replies that do not parse,
    the episode ends (``early_termination_reason = "parse_error_limit"``) instead of asking again until
    the turn limit; the verifier scores what was done. A small policy that derails rarely recovers, and
@@ -31,6 +33,7 @@ builds its own registered class whenever the config names a registered agent, im
 
 from __future__ import annotations
 
+import shlex
 from pathlib import PurePosixPath
 from typing import Any, override
 
@@ -50,6 +53,9 @@ from cua_stream.events import CallKind
 
 AGENT_NAME = "qwen3vl-computer-1"
 PROBE_INTERVAL_S = 0.1
+DEVTOOLS_NEW_TAB = "http://127.0.0.1:9222/json/new?"
+"""Chromium's DevTools HTTP endpoint that opens a tab (computer-1 starts it with --remote-debugging-port
+9222, and probes it for readiness itself)."""
 
 
 class Qwen3VLComputer1Options(Computer1Options):
@@ -204,14 +210,26 @@ class Qwen3VLComputer1(Computer1):
                 )
                 return
             if self.options.start_url and anyio.current_time() >= renavigate_at:
-                self.logger.info(
+                self.logger.warning(
                     "ready_probe failing for %.1fs (exit %s): navigating to start_url again",
                     anyio.current_time() - started, result.return_code,
                 )  # fmt: skip
-                await session.execute(ComputerAction(type="navigate", url=self.options.start_url))
+                await self._open_start_url(session)
                 interval *= 2
                 renavigate_at = anyio.current_time() + interval
             await anyio.sleep(PROBE_INTERVAL_S)
+
+    async def _open_start_url(self, session: Any) -> None:
+        """Open ``start_url`` again: in a new foreground tab through Chromium's DevTools endpoint (no
+        keystrokes to lose), else typed into the address bar as computer-1 does."""
+        url = self.options.start_url or ""
+        opened = await session.environment.exec(
+            f"curl -sf -o /dev/null --max-time 5 -X PUT {shlex.quote(DEVTOOLS_NEW_TAB + url)}",
+            timeout_sec=10,
+            user=session.environment.default_user,
+        )
+        if opened.return_code != 0:
+            await session.execute(ComputerAction(type="navigate", url=url))
 
     @override
     async def _screenshot_ref(self, path: str) -> str:

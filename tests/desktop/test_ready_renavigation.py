@@ -1,7 +1,7 @@
 """A navigation the browser loses is retried: computer-1 types ``start_url`` into the address bar once;
-when the page is not there to load (here its server comes up seconds late, as a typed URL lost by a
-browser not yet ready also leaves the tab without the page), the agent navigates again while the ready
-probe fails, and the oracle still acts on the drawn page on its first turn. (The task is a copy under
+when the page is not there to load (here its server comes up only after the browser tried it, as a
+typed URL lost by a busy desktop also leaves the tab without the page), the agent opens it again while
+the ready probe fails, and the oracle still acts on the drawn page on its first turn. (The task is a copy under
 /tmp, which the episode's private /tmp once hid from its start script.)"""
 
 from __future__ import annotations
@@ -37,16 +37,20 @@ pytestmark = [
 ]
 
 LATE_START = """#!/bin/bash
-# The page's server starts {delay} s after the desktop: computer-1's one navigation finds nothing.
-(sleep {delay}; exec "${{CUA_PYTHON:-python3}}" -m cua_stream.tasks.server --task click-button \\
-    --seed "$CUA_TASK_SEED" --port 8000 >/tmp/task-server.log 2>&1) &
+# The page's server starts only once the browser has tried the page (its tab names the URL, or shows
+# Chromium's error page): computer-1's one typed navigation finds nothing, however long its start took.
+(until curl -s --max-time 2 http://127.0.0.1:9222/json/list | grep -Eq '127\\.0\\.0\\.1:8000|chrome-error'; do
+     sleep 0.2
+ done
+ exec "${{CUA_PYTHON:-python3}}" -m cua_stream.tasks.server --task click-button --seed "$CUA_TASK_SEED" \\
+     --port 8000 >/tmp/task-server.log 2>&1) &
 exit 0
 """
 
 
-def late_task(root: Path, delay: float) -> Path:
+def late_task(root: Path) -> Path:
     shutil.copytree(BUNDLED_DIR / "click-button", root)
-    (root / "environment" / "start.sh").write_text(LATE_START.format(delay=delay))
+    (root / "environment" / "start.sh").write_text(LATE_START.format())
     return root
 
 
@@ -54,7 +58,7 @@ async def test_the_agent_navigates_again_while_the_page_is_not_there(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    task = late_task(tmp_path / "click-button-late", delay=10)
+    task = late_task(tmp_path / "click-button-late")
     port, seed = free_port(), 4242
     server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
     runner = TrialRunner(ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=4))

@@ -44,7 +44,7 @@ class PolicyWatch:
             event = decode_message({name: POLICY}, msg).event  # type: ignore[arg-type]
         except RecordError as e:
             # Not dead-lettered from here: every producer reads the whole topic (no group), so each would
-            # write its own copy of the same dead letter. Logged, and admission goes on without it.
+            # write its own copy. The trainer of the run it is keyed by dead-letters it, once.
             log.warning("policy topic: skipping an undecodable record %s[%d]@%d (%s)",
                         getattr(msg, "topic", "?"), getattr(msg, "partition", -1), getattr(msg, "offset", -1), e)  # fmt: skip
             return

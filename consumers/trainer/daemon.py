@@ -83,6 +83,9 @@ ENGINE_CHECK_S = 5.0
 weights (a crash, a rescheduled pod) gets the current ones back within this long, instead of serving the
 base policy until the next step (its rollouts would all be dropped as stale)."""
 INPUTS: tuple[TopicSpec, ...] = (TURNS, SUMMARIES, SCORES)
+READS: tuple[TopicSpec, ...] = (*INPUTS, POLICY)
+"""The inputs, and the policy topic: its run's records there (keyed by run id) are the trainer's own, so
+one of them that does not decode is this trainer's to dead-letter (every producer reads the topic too)."""
 
 
 @dataclass
@@ -195,7 +198,7 @@ class Trainer:
         task_status: TaskStatus[int | None],
     ) -> None:
         cfg, st = self.config, self.state
-        names = [self.topics.name_of(s) for s in INPUTS]
+        names = [self.topics.name_of(s) for s in READS]
         join = Join(cfg.run_id, cfg.group_size, names[:2], decided=saved.decided)
         for k in range(st.issued):
             if group_id_of(cfg.run_id, k) not in join.decided:
@@ -203,12 +206,13 @@ class Trainer:
         lettered = {(t, p): o for t, p, o in saved.read_to}
         inputs = Follower(
             cfg.bus,
-            INPUTS,
+            READS,
             offsets={(t, p): o for t, p, o in saved.offsets},
-            also_required=(WORK, TRAIN_STEPS, POLICY),
+            also_required=(WORK, TRAIN_STEPS),
         )
         async with inputs:
-            by_name = dict(zip(names, INPUTS, strict=True))
+            by_name = dict(zip(names, READS, strict=True))
+            policy_topic, own_key = self.topics.name_of(POLICY), cfg.run_id.encode()
             task_status.started(self.metrics_port)
             checked = time.monotonic()
             while not stop.is_set() and not (cfg.max_steps and st.step >= cfg.max_steps):
@@ -221,6 +225,8 @@ class Trainer:
                     try:
                         delivery = decode_message(by_name, msg)
                     except RecordError as e:  # dead-lettered at the next commit; never a stall
+                        if msg.topic == policy_topic and msg.key != own_key:
+                            continue  # another run's (its trainer dead-letters it)
                         self.metrics.undecodable.inc()
                         log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
                         if msg.offset >= lettered.get((msg.topic, msg.partition), 0):

@@ -1,7 +1,7 @@
 """Records that decode but cannot be trained never stop the trainer: a turn whose version spans do not
 cover its tokens, a call tree with a cycle, a NaN reward and a screenshot missing from the blob store
 each drop their group as ``invalid_records`` and dead-letter the records at fault (their bytes as on the
-log); records that do not decode at all are dead-lettered as such; the groups around them train, and a
+log); records that do not decode at all are dead-lettered as such (on the policy topic, the run's own only); the groups around them train, and a
 restart that reads them all again publishes none of it twice. Real broker, tiny model."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from cua_stream.events import (
     encode,
     to_json,
 )
-from cua_stream.topics import DLQ, SCORES, TRAIN_STEPS, TURNS
+from cua_stream.topics import DLQ, POLICY, SCORES, TRAIN_STEPS, TURNS
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_trainer_resume import RUN, episode_records
 
@@ -78,6 +78,11 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
         for spec in (TURNS, SCORES):
             garbage = OutRecord(bus_config.topics().name_of(spec), open_group, b"\xc1garbage", [])
             await producer.send_record(garbage)
+        # on the policy topic, keyed by run: this run's is its trainer's to dead-letter, another's is not
+        for run in (RUN.encode(), b"another-run"):
+            await producer.send_record(
+                OutRecord(bus_config.topics().name_of(POLICY), run, b"\xc1garbage", [])
+            )
         for group in range(8):
             for episode in range(2):
                 for event in poisoned(group, episode):
@@ -114,7 +119,7 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
         lambda t: (
             t.state.step == 2
             and t.metrics.drops.value(reason="invalid_records") == 4
-            and t.metrics.undecodable.value() == 2
+            and t.metrics.undecodable.value() == 3
         )  # read (their dead letters go out with the stop's commit)
     )
     records = [d.event async for d in scan(bus_config, TRAIN_STEPS)]
@@ -129,8 +134,9 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
     everything = [d.event async for d in scan(bus_config, DLQ)]
     assert all(isinstance(x, DeadLetter) for x in everything)
     undecodable = [x for x in everything if x.reason != "untrainable"]  # type: ignore[union-attr]
-    assert sorted(x.source_topic.rsplit(".", 1)[-1] for x in undecodable) == ["scores", "turns"]  # type: ignore[union-attr]
-    assert all(x.value == b"\xc1garbage" and x.key == open_group for x in undecodable)  # type: ignore[union-attr]
+    assert sorted(x.source_topic.rsplit(".", 1)[-1] for x in undecodable) == ["policy", "scores", "turns"]  # type: ignore[union-attr]
+    assert all(x.value == b"\xc1garbage" for x in undecodable)  # type: ignore[union-attr]
+    assert sorted(x.key for x in undecodable) == sorted([open_group, open_group, RUN.encode()])  # type: ignore[union-attr]
     letters = [x for x in everything if x.reason == "untrainable"]  # type: ignore[union-attr]
     by_source = {x.source_topic.rsplit(".", 1)[-1]: [] for x in letters}  # type: ignore[union-attr]
     for x in letters:
@@ -152,7 +158,8 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
     began = time.monotonic()
     second = await run_until(lambda t: time.monotonic() - began > 3)
     assert second.state.step == 2
-    assert len([d async for d in scan(bus_config, DLQ)]) == len(letters) + 2 == 7
+    assert len([d async for d in scan(bus_config, DLQ)]) == len(letters) + 3 == 8
     again = [d.event async for d in scan(bus_config, TRAIN_STEPS)]
     assert len([r for r in again if isinstance(r, GroupDropped)]) == 4
-    assert second.metrics.undecodable.value() == 2  # read again, dead-lettered once
+    # the inputs' two read again (the open group holds their partitions back), dead-lettered once
+    assert second.metrics.undecodable.value() == 2

@@ -12,7 +12,7 @@ def results_table(results: EvalResults, success_at: float = 1.0) -> Table:
     k = results.samples
     table = Table(
         "task", "episodes", "success", "95% CI", "pass@1", *([f"pass@{k}"] if k > 1 else []),
-        "reward", "turns", "s/ep.", "other verdicts",
+        "reward", "turns/ep.", "s/ep.", "other verdicts",
         title=f"eval {results.run_id}: {results.policy} on {results.environment}, "
               f"{len(results.seeds)} layout(s) x {k} sample(s) per task",
     )  # fmt: skip

@@ -212,9 +212,9 @@ def _bus(file_data: dict[str, Any], bootstrap: str | None, step: Steps) -> BusCo
 
 
 def _console() -> Console:
-    """Where the tables go: the terminal, or 120 columns where the output is not one (a log, a pipe),
+    """Where the tables go: the terminal, or 160 columns where the output is not one (a log, a pipe),
     so that a table of ten columns is not squeezed into 80."""
-    return out if out.is_terminal else Console(highlight=False, width=120)
+    return out if out.is_terminal else Console(highlight=False, width=160)
 
 
 async def scored_outcomes(

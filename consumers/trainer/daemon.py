@@ -23,8 +23,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -45,10 +43,11 @@ from consumers.trainer.grpo import (
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
-from consumers.trainer.samples import Sample
 from consumers.trainer.schedule import warmup_lr
+from consumers.trainer.state import Queued, TrainerState
+from consumers.trainer.step_record import describe_step, train_step
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
-from consumers.trainer.weights import engine_version, push_weights
+from consumers.trainer.weights import ENGINE_CHECK_S, EngineWeights
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.consumer import (
     decode_message,
@@ -58,12 +57,10 @@ from cua_stream.bus.follow import Follower
 from cua_stream.bus.producer import EventProducer
 from cua_stream.errors import (
     ConfigError,
-    EngineUnavailable,
     EngineUnreachable,
     RecordError,
 )
 from cua_stream.events import (
-    DeadLetter,
     Event,
     GroupDropped,
     PolicyVersion,
@@ -78,38 +75,10 @@ from cua_stream.versions import staleness
 
 log = logging.getLogger(__name__)
 
-ENGINE_CHECK_S = 5.0
-"""How often the trainer asks the engine which weights it serves: an engine restarted from its launch
-weights (a crash, a rescheduled pod) gets the current ones back within this long, instead of serving the
-base policy until the next step (its rollouts would all be dropped as stale)."""
 INPUTS: tuple[TopicSpec, ...] = (TURNS, SUMMARIES, SCORES)
 READS: tuple[TopicSpec, ...] = (*INPUTS, POLICY)
 """The inputs, and the policy topic: its run's records there (keyed by run id) are the trainer's own, so
 one of them that does not decode is this trainer's to dead-letter (every producer reads the topic too)."""
-
-
-@dataclass
-class Queued:
-    """A group decided to train, waiting for its step."""
-
-    group: GroupState
-    decision: GroupDecision
-    samples: dict[str, tuple[Sample, ...]]
-
-
-@dataclass
-class TrainerState:
-    version: int = 0
-    step: int = 0
-    weights: str = ""
-    """The checkpoint directory's weights of ``version`` (empty: the start model)."""
-    issued: int = 0
-    queue: list[Queued] = field(default_factory=list)
-    drops: list[GroupDropped] = field(default_factory=list)
-    """Drops decided since the last checkpoint (published with it)."""
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    """The records at fault in the groups dropped as ``invalid_records`` since the last checkpoint
-    (published with it, so a restart neither loses nor repeats one)."""
 
 
 class Trainer:
@@ -133,6 +102,13 @@ class Trainer:
         self.state = TrainerState()
         self.metrics_port: int | None = None
         self.tasks = [task_ref(t) for t in config.tasks]
+        self.engine = EngineWeights(
+            config.engine_url,
+            gateway_url=config.gateway_url,
+            drain_timeout_s=config.drain_timeout_s,
+            engine_key=config.engine_api_key,
+            gateway_key=config.gateway_api_key,
+        )
         """The feeder's tasks, resolved once (a task directory's path, or a bundled name)."""
 
     # -- start ----------------------------------------------------------------------------------------
@@ -177,13 +153,9 @@ class Trainer:
                     serve_metrics, self.metrics.render, self.config.metrics_host, self.config.metrics_port
                 )
             async with EventProducer(self.config.bus) as producer, httpx.AsyncClient(timeout=60) as http:
-                served = (
-                    await engine_version(http, self.config.engine_url, self.config.engine_api_key)
-                    if self.config.engine_url
-                    else None
-                )
-                if saved.weights and self.config.engine_url and served != str(saved.version):
-                    await self._push(http, self.dir / saved.weights, saved.version)
+                # the engine may serve other weights than the checkpoint's: it restarted too
+                if saved.weights and await self.engine.served(http) != str(saved.version):
+                    await self.engine.push(http, self.dir / saved.weights, saved.version)
                 await reconcile(self.config.bus, producer, saved.pending)
                 st.issued = max(saved.issued, await issued_in_log(self.config, producer, set(saved.decided)))
                 await self._loop(producer, http, saved, stop, task_status)
@@ -217,7 +189,8 @@ class Trainer:
             checked = time.monotonic()
             while not stop.is_set() and not (cfg.max_steps and st.step >= cfg.max_steps):
                 if time.monotonic() - checked > ENGINE_CHECK_S:
-                    await self._restore_engine(http)
+                    if st.weights:
+                        await self.engine.restore(http, self.dir / st.weights, st.version)
                     checked = time.monotonic()
                 await self._feed(producer, join)
                 completed: list[GroupState] = []
@@ -372,7 +345,24 @@ class Trainer:
         weights = st.weights
         outputs: list[Event] = []
         if stats is not None:
-            outputs.append(self._train_step(batch, stats))
+            self.metrics.stepped(
+                groups=len(batch),
+                logprob_gap=stats.loss.logprob_gap,
+                grad_norm=stats.grad_norm,
+                version=st.version,
+            )
+            outputs.append(
+                train_step(
+                    cfg.run_id,
+                    step=st.step,
+                    version=st.version,
+                    batch=batch,
+                    stats=stats,
+                    lr=self._lr,
+                    timings=self._timings,
+                    finished_at=self.clock(),
+                )
+            )
             outputs.append(
                 PolicyVersion(
                     run_id=cfg.run_id,
@@ -391,7 +381,7 @@ class Trainer:
         await anyio.to_thread.run_sync(ckpt.save, self.dir, checkpoint, self.backend.optimizer_state())  # b.
         if weights_changed and cfg.engine_url:
             try:
-                await self._push(http, self.dir / weights, st.version)  # c.
+                await self.engine.push(http, self.dir / weights, st.version)  # c.
             except EngineUnreachable as e:  # the engine watch loads them when it is back
                 log.warning("%s; training goes on", e)
         await publish(producer, outputs)  # d.
@@ -399,72 +389,6 @@ class Trainer:
         for event in outputs:
             if isinstance(event, TrainStep):
                 self.on_step(event)
-
-    def _train_step(self, batch: list[Queued], stats: StepStats) -> TrainStep:
-        m = self.metrics
-        m.steps.inc()
-        m.groups_trained.inc(len(batch))
-        m.logprob_gap.set(stats.loss.logprob_gap)
-        m.grad_norm.set(stats.grad_norm)
-        m.version.set(self.state.version)
-        return TrainStep(
-            run_id=self.config.run_id,
-            step=self.state.step,
-            policy_version=self.state.version,
-            n_groups=len(batch),
-            n_episodes=stats.episodes,
-            n_samples=stats.samples,
-            loss=stats.loss.loss,
-            group_ids=tuple(q.group.group_id for q in batch),
-            metrics={
-                "grad_norm": stats.grad_norm,
-                "logprob_gap": stats.loss.logprob_gap,
-                "clip_fraction": stats.loss.clip_fraction,
-                "kl": stats.loss.kl,
-                "trained_tokens": float(stats.loss.tokens),
-                "mean_reward": _mean_reward(batch),
-                "lr": self._lr,
-                **self._timings,  # where the step's time went: train_s (forward/backward), save_s
-            },
-            finished_at=self.clock(),
-            attempts={
-                episode_id: score.attempt
-                for q in batch
-                for episode_id in q.decision.advantages
-                if (score := q.group.episodes[episode_id].score) is not None
-            },
-        )
-
-    async def _restore_engine(self, http: httpx.AsyncClient) -> None:
-        """Load the current weights again on an engine that serves others (it restarted)."""
-        cfg, st = self.config, self.state
-        if not cfg.engine_url or not st.weights:
-            return
-        served = await engine_version(http, cfg.engine_url, cfg.engine_api_key)
-        if served is None or served == str(st.version):  # down (it will be back), or up to date
-            return
-        log.warning(
-            "the engine serves weights %s, not v%d (it restarted?): loading v%d",
-            served,
-            st.version,
-            st.version,
-        )
-        try:
-            await self._push(http, self.dir / st.weights, st.version)
-        except EngineUnavailable as e:
-            log.warning("%s; trying again in %.0fs", e, ENGINE_CHECK_S)
-
-    async def _push(self, http: httpx.AsyncClient, weights: Path, version: int) -> None:
-        await push_weights(
-            http,
-            engine_url=self.config.engine_url,
-            gateway_url=self.config.gateway_url,
-            weights=weights,
-            version=version,
-            drain_timeout_s=self.config.drain_timeout_s,
-            engine_key=self.config.engine_api_key,
-            gateway_key=self.config.gateway_api_key,
-        )
 
 
 async def set_barriers(inputs: Follower, join: Join, groups: list[GroupState]) -> None:
@@ -479,25 +403,6 @@ async def set_barriers(inputs: Follower, join: Join, groups: list[GroupState]) -
 
 def _log_step(step: TrainStep) -> None:
     log.info("step %d: %s", step.step, describe_step(step))
-
-
-def describe_step(step: TrainStep) -> str:
-    m = step.metrics
-    return (
-        f"v{step.policy_version}, {step.n_groups} group(s), {step.n_episodes} episodes, {step.n_samples} samples, "
-        f"reward {m.get('mean_reward', 0):.2f}, loss {step.loss:.4f}, grad {m.get('grad_norm', 0):.3f}, "
-        f"logprob gap {m.get('logprob_gap', 0):.2e}" + (f", KL {m['kl']:.2e}" if m.get("kl") else "")
-    )
-
-
-def _mean_reward(batch: list[Queued]) -> float:
-    rewards = [
-        ep.score.verdict.value  # type: ignore[union-attr]
-        for q in batch
-        for eid, ep in q.group.episodes.items()
-        if eid in q.decision.advantages and ep.score is not None
-    ]
-    return sum(rewards) / len(rewards) if rewards else 0.0
 
 
 async def serve(

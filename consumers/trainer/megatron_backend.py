@@ -64,15 +64,8 @@ class MegatronBackend:
                 logp, p.rollout_logprobs, p.advantages, p.loss_mask, p.episodes, self.loss_config
             )
         if not signal:
-            return StepStats(
-                loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})
-            )
+            return StepStats.of(items, stats)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
-        return StepStats(
-            loss=stats,
-            grad_norm=float(grad_norm),
-            samples=len(items),
-            episodes=len({i.episode for i in items}),
-        )
+        return StepStats.of(items, stats, float(grad_norm))

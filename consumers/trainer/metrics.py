@@ -23,5 +23,13 @@ class TrainerMetrics:
         self.grad_norm = r.gauge("cua_trainer_grad_norm", "Gradient norm before clipping, last step.")
         self.version = r.gauge("cua_trainer_policy_version", "The policy version the trainer published last.")
 
+    def stepped(self, *, groups: int, logprob_gap: float, grad_norm: float, version: int) -> None:
+        """A step was taken (counted when its commit is written)."""
+        self.steps.inc()
+        self.groups_trained.inc(groups)
+        self.logprob_gap.set(logprob_gap)
+        self.grad_norm.set(grad_norm)
+        self.version.set(version)
+
     def render(self) -> str:
         return self.registry.render()

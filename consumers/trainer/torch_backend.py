@@ -46,6 +46,13 @@ class StepStats:
     samples: int
     episodes: int
 
+    @classmethod
+    def of(cls, items: Sequence[TrainItem], loss: LossStats, grad_norm: float = 0.0) -> StepStats:
+        """A step's statistics over ``items`` (no optimizer step: a grad norm of 0)."""
+        return cls(
+            loss=loss, grad_norm=grad_norm, samples=len(items), episodes=len({i.episode for i in items})
+        )
+
 
 class TorchBackend:
     def __init__(
@@ -158,20 +165,13 @@ class TorchBackend:
                 logprobs, rollout, advantages, mask, episodes, self.loss_config, reference
             )
         if not signal:
-            return StepStats(
-                loss=stats, grad_norm=0.0, samples=len(items), episodes=len({i.episode for i in items})
-            )
+            return StepStats.of(items, stats)
         if not rewarded:
             self._forget_momentum()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
-        return StepStats(
-            loss=stats,
-            grad_norm=float(grad_norm),
-            samples=len(items),
-            episodes=len({item.episode for item in items}),
-        )
+        return StepStats.of(items, stats, float(grad_norm))
 
     def _forget_momentum(self) -> None:
         """Before a step whose only gradient is the KL anchor's (no group carried a reward signal): AdamW

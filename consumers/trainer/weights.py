@@ -86,3 +86,61 @@ async def engine_version(http: httpx.AsyncClient, engine_url: str, key: object |
     except httpx.HTTPError:
         return None
     return str(r.json().get("weight_version")) if r.status_code == 200 else None
+
+
+ENGINE_CHECK_S = 5.0
+"""How often the trainer asks the engine which weights it serves: an engine restarted from its launch
+weights (a crash, a rescheduled pod) gets the current ones back within this long, instead of serving the
+base policy until the next step (its rollouts would all be dropped as stale)."""
+
+
+class EngineWeights:
+    """The trainer's side of the engine: load a version's weights on it (the gateway drained around the
+    load), and put the current ones back on an engine that restarted with others."""
+
+    def __init__(
+        self,
+        engine_url: str,
+        *,
+        gateway_url: str = "",
+        drain_timeout_s: float = 60.0,
+        engine_key: object | None = None,
+        gateway_key: object | None = None,
+    ) -> None:
+        self.engine_url, self.gateway_url = engine_url, gateway_url
+        self.drain_timeout_s = drain_timeout_s
+        self.engine_key, self.gateway_key = engine_key, gateway_key
+
+    async def served(self, http: httpx.AsyncClient) -> str | None:
+        """The version the engine serves (None: no engine configured, or down)."""
+        if not self.engine_url:
+            return None
+        return await engine_version(http, self.engine_url, self.engine_key)
+
+    async def push(self, http: httpx.AsyncClient, weights: Path, version: int) -> None:
+        if not self.engine_url:
+            return
+        await push_weights(
+            http,
+            engine_url=self.engine_url,
+            gateway_url=self.gateway_url,
+            weights=weights,
+            version=version,
+            drain_timeout_s=self.drain_timeout_s,
+            engine_key=self.engine_key,
+            gateway_key=self.gateway_key,
+        )
+
+    async def restore(self, http: httpx.AsyncClient, weights: Path, version: int) -> None:
+        """Load ``version`` again on an engine that serves others (it restarted); a refusal is logged and
+        tried again at the next check, never fatal here."""
+        served = await self.served(http)
+        if served is None or served == str(version):  # down (it will be back), or up to date
+            return
+        log.warning(
+            "the engine serves weights %s, not v%d (it restarted?): loading v%d", served, version, version
+        )
+        try:
+            await self.push(http, weights, version)
+        except EngineUnavailable as e:
+            log.warning("%s; trying again in %.0fs", e, ENGINE_CHECK_S)

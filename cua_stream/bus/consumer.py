@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import anyio.lowlevel
@@ -112,46 +112,44 @@ async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
     return sorted(cluster.partitions_for_topic(topic) or ())
 
 
-def letter_for(error: RecordError, msg: ConsumerRecord) -> DeadLetter:
-    """The DeadLetter of consumed record ``msg``, which failed with ``error``."""
+class Located(Protocol):
+    """Where a record sits and what it held: a consumed record (``ConsumerRecord``), or its ``Delivery``."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Any
+
+
+def letter_for(error: RecordError, record: Located) -> DeadLetter:
+    """The DeadLetter of ``record``, which failed with ``error`` (it did not decode, or its handler
+    refused it): the one builder, so every dead letter carries the same fields."""
     return dead_letter(
         error,
-        topic=msg.topic,
-        partition=msg.partition,
-        offset=msg.offset,
-        key=msg.key,
-        value=msg.value,
-        headers=tuple(msg.headers or ()),
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        headers=tuple(record.headers or ()),
     )
 
 
 class DeadLetterRouter:
-    """Turns a record that cannot be decoded into a DeadLetter event on the DLQ topic, durably."""
+    """Turns a record that cannot be decoded or handled into a DeadLetter event on the DLQ topic, durably."""
 
     def __init__(self, producer: EventProducer) -> None:
         self.producer = producer
         self.count = 0
 
-    def letter(self, error: RecordError, msg: ConsumerRecord) -> DeadLetter:
-        return letter_for(error, msg)
+    def letter(self, error: RecordError, record: Located) -> DeadLetter:
+        return letter_for(error, record)
 
-    async def route(self, error: RecordError, msg: ConsumerRecord) -> None:
-        log.warning("dead-lettering %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, error)
-        await self.producer.publish(DLQ, self.letter(error, msg))
-        self.count += 1
-
-    async def route_delivery(self, error: RecordError, d: Delivery) -> None:
-        """Dead-letter a record that decoded but could not be handled."""
-        letter = dead_letter(
-            error,
-            topic=d.topic,
-            partition=d.partition,
-            offset=d.offset,
-            key=d.key,
-            value=d.value,
-            headers=d.headers,
-        )
-        await self.producer.publish(DLQ, letter)
+    async def route(self, error: RecordError, record: Located) -> None:
+        log.warning("dead-lettering %s[%d]@%d: %s", record.topic, record.partition, record.offset, error)
+        await self.producer.publish(DLQ, letter_for(error, record))
         self.count += 1
 
 
@@ -285,8 +283,7 @@ class EventConsumer:
                     continue
                 if action is not Action.DEAD_LETTER:
                     raise
-                log.error("dead-lettering %s@%d: the handler raised %r", delivery.topic, delivery.offset, e)
-                await self._router.route_delivery(transform_failure(e), delivery)
+                await self._router.route(transform_failure(e), delivery)
                 return
 
     async def _commit(self, only: set[TopicPartition] | None) -> None:

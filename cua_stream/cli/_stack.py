@@ -106,6 +106,33 @@ class Steps:
         out.print(f"[bold]{self.n}/{self.total}[/bold] {what}")
 
 
+def episode_producer(
+    file_data: dict[str, Any], *, concurrency: int, turns: int, environment: str | None, gateway_port: int,
+    trials: str,
+) -> ProducerConfig:  # fmt: skip
+    """The producer of a one-shot command (eval, record-oracle): the config file's ``[producer]`` with
+    these options over it, its episodes' trials under ``state_dir() / trials``; the local desktop is
+    checked before anything starts (it needs root and its packages)."""
+    from cua_stream.config import state_dir
+    from producers.config import producer_config
+
+    producer = producer_config(
+        file_data,
+        {
+            "concurrency": concurrency,
+            "max_turns": turns,
+            "environment": environment,
+            "gateway_url": f"http://127.0.0.1:{gateway_port}",
+            "trials_dir": str(state_dir() / trials),
+        },
+    )
+    if producer.environment == "local-desktop":
+        from cua_stream.desktop.doctor import require_desktop
+
+        require_desktop()
+    return producer
+
+
 def parse_tasks(tasks: str) -> list[str]:
     """``--tasks``: comma-separated bundled task names, or ``all``."""
     from cua_stream.tasks import TASKS

@@ -108,7 +108,8 @@ async def _run(
 ) -> None:
     from transformers.utils import logging as transformers_logging
 
-    from consumers.trainer.daemon import Trainer, describe_step
+    from consumers.trainer.daemon import Trainer
+    from consumers.trainer.step_record import describe_step
     from cua_stream.bus.reader import scan
     from cua_stream.demo import trainer_config
     from cua_stream.topics import OUTCOMES

@@ -26,6 +26,7 @@ from cua_stream.cli._stack import (
     broker_and_topics,
     create_topics,
     engine_and_gateway,
+    episode_producer,
     out,
     run_episodes,
     teacher_stack,
@@ -107,23 +108,16 @@ def eval_(
         )
     from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, instance_work, sampling_of
     from cua_stream.demo import tiny_model_dir
-    from producers.config import producer_config
 
     file_data = load_file(config)
-    producer = producer_config(
+    producer = episode_producer(
         file_data,
-        {
-            "concurrency": concurrency,
-            "max_turns": turns,
-            "environment": environment,
-            "gateway_url": f"http://127.0.0.1:{gateway_port}",
-            "trials_dir": str(state_dir() / "eval-trials"),
-        },
+        concurrency=concurrency,
+        turns=turns,
+        environment=environment,
+        gateway_port=gateway_port,
+        trials="eval-trials",
     )
-    if producer.environment == "local-desktop":
-        from cua_stream.desktop.doctor import require_desktop
-
-        require_desktop()
     step = Steps(5)
     bus = _bus(file_data, bootstrap, step)
     producer = msgspec.structs.replace(producer, bus=bus)

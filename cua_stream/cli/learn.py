@@ -4,7 +4,6 @@ task plotted to a PNG (and on the dashboard: it reads the same topics)."""
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from contextlib import ExitStack
@@ -14,9 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import anyio
 import msgspec
 import typer
-from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._learn_report import curve_of, report
 from cua_stream.cli._stack import (
     Serving,
     Steps,
@@ -33,7 +32,7 @@ from cua_stream.config import BusConfig, state_dir
 if TYPE_CHECKING:
     from consumers.trainer.sft_run import EpochStats
     from cua_stream.events import ScoreEvent, TrainStep, WorkRequest
-    from cua_stream.learn import Curve, LearnPlan
+    from cua_stream.learn import LearnPlan
     from producers.config import ProducerConfig
 
 
@@ -196,8 +195,8 @@ def learn(
     timings["GRPO"] = time.monotonic() - t0
 
     step("the curve")
-    curve = anyio.run(_curve, bus, f"{run}-grpo", base)
-    _report(plan, curve, before, trained, timings, prober.history, home, run, time.monotonic() - started)
+    curve = anyio.run(curve_of, bus, f"{run}-grpo", base)
+    report(plan, curve, before, trained, timings, prober.history, home, run, time.monotonic() - started)
 
 
 def _sft_end(plan: LearnPlan) -> str:
@@ -334,7 +333,8 @@ async def _grpo(
     deadline: float,
 ) -> list[TrainStep]:  # fmt: skip
     from consumers.trainer.config import TrainerConfig
-    from consumers.trainer.daemon import Trainer, describe_step
+    from consumers.trainer.daemon import Trainer
+    from consumers.trainer.step_record import describe_step
 
     config = TrainerConfig(
         run_id=run_id, model_path=str(model), engine_url=engine_url, gateway_url=producer.gateway_url,
@@ -357,86 +357,6 @@ async def _grpo(
         running.task_group.start_soon(budget)
         await Trainer(config, on_step=on_step).run(stop=stop_trainer)
     return steps
-
-
-async def _curve(bus: BusConfig, run_id: str, model: Path) -> Curve:
-    from transformers import AutoTokenizer
-
-    from cua_stream.bus.reader import scan
-    from cua_stream.events import TrainStep
-    from cua_stream.learn import reward_curve
-    from cua_stream.topics import SCORES, TRAIN_STEPS, TURNS, WORK
-
-    steps = [d.event async for d in scan(bus, TRAIN_STEPS) if d.event.run_id == run_id]
-    steps = [s for s in steps if isinstance(s, TrainStep)]  # the topic also carries the dropped groups
-    work = [d.event async for d in scan(bus, WORK) if d.event.run_id == run_id]
-    scores = [d.event async for d in scan(bus, SCORES) if d.event.run_id == run_id]
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    replies: dict[str, list[str]] = {}
-    async for d in scan(bus, TURNS):
-        if d.event.run_id == run_id:
-            text = tokenizer.decode(list(d.event.completion_ids), skip_special_tokens=True)
-            replies.setdefault(d.event.group_id, []).append(text)
-    return reward_curve(steps, work, scores, replies)  # type: ignore[arg-type]
-
-
-def _report(
-    plan: LearnPlan, curve: Curve, before: dict[str, float], trained: list[TrainStep],
-    timings: dict[str, float], probes: list[dict[str, float]], home: Path, run: str, total_s: float,
-) -> None:  # fmt: skip
-    from cua_stream.learn import window_success
-
-    first, last = curve.ends(plan.window)
-    after_sft = window_success(curve, plan.window, last=False)
-    after_grpo = window_success(curve, plan.window, last=True)
-    table = Table("task", "base policy", f"after SFT (first {plan.window} steps)",
-                  f"after GRPO (last {plan.window} steps)", title=f"run {run}")  # fmt: skip
-    for task in plan.tasks:
-        cells = [before.get(task), after_sft.get(task), after_grpo.get(task)]
-        table.add_row(task, *("-" if v is None else f"{v:.2f}" for v in cells))
-    out.print(table)
-    out.print(
-        f"mean reward, first {plan.window} GRPO steps -> last {plan.window}: {first:.3f} -> {last:.3f} "
-        f"({last - first:+.3f}) over {len(curve.steps)} steps"
-    )
-    valid_first, valid_last = curve.valid_ends(plan.window)
-    out.print(f"replies carrying a valid action: {valid_first:.0%} -> {valid_last:.0%}")
-    train_s = sum(s.metrics.get("train_s", 0.0) for s in trained)
-    save_s = sum(s.metrics.get("save_s", 0.0) for s in trained)
-    parts = {**timings, "  of which GRPO forward/backward": train_s, "  of which weight saves": save_s}
-    out.print("where the time went: " + "; ".join(f"{k.strip()} {v / 60:.1f} min" for k, v in parts.items())
-              + f"; total {total_s / 60:.1f} min")  # fmt: skip
-    png = home / "curve.png"
-    _plot(curve, png, f"{run}: reward per GRPO step (after SFT)")
-    (home / "curve.json").write_text(
-        json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task,
-                    "valid_actions": curve.valid, "base": before, "sft_probes": probes,
-                    "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
-    )  # fmt: skip
-    out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "
-              f"[bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
-
-
-def _plot(curve: Curve, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.plot(curve.steps, curve.overall, "k-o", label="all tasks", linewidth=2)
-    for task, values in curve.by_task.items():
-        points = [(s, v) for s, v in zip(curve.steps, values, strict=True) if v is not None]
-        if points and len(curve.by_task) > 1:
-            ax.plot(*zip(*points, strict=True), "--.", label=task, alpha=0.7)
-    if curve.valid:
-        ax.plot(curve.steps, curve.valid, ":", color="grey", label="share of replies with a valid action")
-    ax.set(xlabel="GRPO step", ylabel="mean reward", ylim=(-0.05, 1.05), title=title)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 OPTION_OF = {"demo_seeds": "--demos"}

@@ -21,7 +21,15 @@ import typer
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._stack import Steps, broker_and_topics, out, parse_tasks, run_episodes, teacher_stack
+from cua_stream.cli._stack import (
+    Steps,
+    broker_and_topics,
+    episode_producer,
+    out,
+    parse_tasks,
+    run_episodes,
+    teacher_stack,
+)
 from cua_stream.config import state_dir
 
 if TYPE_CHECKING:
@@ -51,26 +59,19 @@ def record_oracle(
     engine; score them with the real verifiers; print what was recorded and the `sft` command."""
     from consumers.trainer.feeder import demonstration_work
     from cua_stream.demo import tiny_model_dir
-    from producers.config import producer_config
 
     chosen = parse_tasks(tasks)
     if seeds < 1:
         raise typer.BadParameter("at least 1", param_hint="--seeds")
     file_data = load_file(config)
-    producer = producer_config(
+    producer = episode_producer(
         file_data,
-        {
-            "concurrency": concurrency,
-            "max_turns": turns,
-            "environment": environment,
-            "gateway_url": f"http://127.0.0.1:{gateway_port}",
-            "trials_dir": str(state_dir() / "oracle-trials"),
-        },
+        concurrency=concurrency,
+        turns=turns,
+        environment=environment,
+        gateway_port=gateway_port,
+        trials="oracle-trials",
     )
-    if producer.environment == "local-desktop":
-        from cua_stream.desktop.doctor import require_desktop
-
-        require_desktop()
     run = run_id or f"oracle-{time.strftime('%Y%m%d-%H%M%S')}"
     step = Steps(5)
     _, bus = broker_and_topics(file_data, step)

@@ -73,7 +73,7 @@ def trainer(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from consumers.trainer.daemon import describe_step
+    from consumers.trainer.step_record import describe_step
 
     console = Console(stderr=True)
     progress = Progress(

@@ -2,7 +2,7 @@
 (``drain``). I/O (engine, blob store, event sink) is injected; the TITO decisions live in the pure
 modules it calls.
 
-The chat path, in order:
+The chat path, in order (steps 4 and 5 in ``recording``):
 
 1. Refuse early: unknown session (404), draining (503, after holding the call up to ``drain_hold_s``
    for the weight update to finish), invalid request or temperature (400). The body is read past
@@ -28,8 +28,8 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from dataclasses import replace
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -39,17 +39,21 @@ from cua_stream.blobs import BlobStore
 from cua_stream.bus.producer import EventSink
 from cua_stream.engine.params import SamplingParams
 from cua_stream.errors import EngineHTTPError, EngineProtocolError, EngineUnavailable
-from cua_stream.events import CallRecord, ImageRef, TokenIds
-from cua_stream.gateway.calltree import CallNode, Match
+from cua_stream.gateway.calltree import Match
 from cua_stream.gateway.chat_request import ChatCall, parse_chat_request
 from cua_stream.gateway.drain import DrainGate
-from cua_stream.gateway.engine_client import Engine, EngineReply, JsonIds, JsonStrings, engine_error_message
-from cua_stream.gateway.messages import assistant_reply
+from cua_stream.gateway.engine_client import Engine, JsonIds, JsonStrings, engine_error_message
 from cua_stream.gateway.metrics import GatewayMetrics
 from cua_stream.gateway.openai_format import Reply, completion_body, refusal_reply, stream_body
-from cua_stream.gateway.records import build_record, topic_for
+from cua_stream.gateway.recording import (
+    Forced,
+    Prepared,
+    generate_storing_images,
+    publish_and_commit,
+    record_of,
+)
 from cua_stream.gateway.refusal import Refusal
-from cua_stream.gateway.rendering import PreparedImage, RenderedDelta, Renderer
+from cua_stream.gateway.rendering import RenderedDelta, Renderer
 from cua_stream.gateway.session import Session, SessionSpec
 from cua_stream.gateway.sessions import SessionTable
 from cua_stream.gateway.teacher import Teacher
@@ -62,30 +66,6 @@ _INLINE_RENDER_CHARS = 32_768
 """New text up to this size is rendered on the event loop (well under a millisecond); more goes to a thread."""
 _ENGINE_CHECK_S = 1.0
 """Readiness probes within this long of the last engine health check reuse its answer."""
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A call ready for the engine: its id (also the engine's ``rid``), parent match and prompt."""
-
-    call_id: str
-    call: ChatCall
-    match: Match
-    delta: RenderedDelta
-    prompt_ids: TokenIds
-    delta_start: int
-    prompt_json: JsonIds
-    """``prompt_ids`` as the engine gets them (the history's are the parent's already-encoded ones)."""
-    image_data: JsonStrings
-    """Every image of the prompt, in prompt order (the engine needs them all); the history's are the
-    parent's already-encoded ones."""
-
-
-class Forced(NamedTuple):
-    """A teacher's reply as the completion to record: its text and its ids (end-of-turn token included)."""
-
-    text: str
-    ids: list[int]
 
 
 class Gateway:
@@ -303,14 +283,16 @@ class Gateway:
         prepared = await self.prepare_async(session, call)
         prep_ms = (time.perf_counter() - t0) * 1e3
         forced = await self._teacher_reply(session, prepared, body) if session.teacher else None
-        reply, images = await self._generate_storing_images(session, prepared, forced)
+        reply, images = await generate_storing_images(self.engine, self.blobs, session, prepared, forced)
         if reply.finish_reason == "abort":
             raise Refusal(reply.abort_status or 503, reply.abort_message, code="engine_abort")
         t1 = time.perf_counter()
-        event = self.record_of(
+        event = record_of(
             session, prepared, reply, images, started_at, prep_ms + (time.perf_counter() - t1) * 1e3
         )
-        await self._publish_and_commit(session, prepared, reply, event)
+        # a session deleted while this call was in flight still gets its record published
+        lock = self.table.locks.get(session.session_id) or anyio.Lock()
+        await publish_and_commit(self.sink, lock, self.metrics, session, prepared, reply, event)
         body = completion_body(
             call_id=prepared.call_id,
             model=call.model,
@@ -340,135 +322,3 @@ class Gateway:
                 code="teacher_reply_too_long",
             )
         return Forced(text, ids)
-
-    async def _generate_storing_images(
-        self, session: Session, prepared: Prepared, forced: Forced | None = None
-    ) -> tuple[EngineReply, tuple[ImageRef, ...]]:
-        """Step 4, with step 5's image work (full decode, hash, blob write) done in a worker thread while
-        the engine generates: the images are durable before the record is published, and their cost
-        adds no latency to the turn. The image work always ends before this returns or raises; an engine
-        error takes precedence over a storage error."""
-        images = prepared.delta.images
-        refs: tuple[ImageRef, ...] = ()
-        store_error: Exception | None = None
-        engine_error: Exception | None = None
-        reply: EngineReply | None = None
-
-        async def store() -> None:
-            nonlocal refs, store_error
-            try:
-                refs = await anyio.to_thread.run_sync(self._store, images)
-            except (OSError, Refusal) as e:
-                store_error = e
-
-        # A task group (not a stray task): the image work ends before this returns or raises, also when
-        # the request is cancelled. Engine errors are raised after it, outside the group.
-        async with anyio.create_task_group() as tg:
-            if images:
-                tg.start_soon(store)
-            try:
-                if forced is None:
-                    reply = await self.engine.generate(
-                        prepared.prompt_json,
-                        prepared.image_data,
-                        prepared.call.sampling,
-                        routing_key=session.session_id,
-                        rid=prepared.call_id,
-                    )
-                else:
-                    reply = await self.engine.score(
-                        prepared.prompt_json,
-                        prepared.image_data,
-                        forced.ids,
-                        forced.text,
-                        session.temperature,
-                        routing_key=session.session_id,
-                        rid=prepared.call_id,
-                    )
-            except (EngineHTTPError, EngineUnavailable, EngineProtocolError) as e:
-                engine_error = e
-        if engine_error is not None:
-            raise engine_error
-        if store_error is not None:
-            if isinstance(store_error, Refusal):  # bytes past the header are not base64
-                raise store_error
-            log.error("blob store write failed: %s", store_error)
-            raise Refusal(503, f"the screenshots could not be stored ({store_error})", code="blob_store")
-        assert reply is not None
-        return reply, refs
-
-    def _store(self, images: tuple[PreparedImage, ...]) -> tuple[ImageRef, ...]:
-        """Decode, hash and store the new images (in a worker thread). A Refusal: bytes past the header
-        are not base64."""
-        refs: list[ImageRef] = []
-        for image in images:
-            data, ref = image.stored()
-            self.blobs.put(data)
-            refs.append(ref)
-        return tuple(refs)
-
-    def record_of(
-        self,
-        session: Session,
-        prepared: Prepared,
-        reply: EngineReply,
-        images: tuple[ImageRef, ...],
-        started_at: float,
-        gateway_ms: float,
-    ) -> CallRecord:
-        """The event for ``prepared`` with a provisional ``seq`` (the next one; fixed at commit)."""
-        parent = prepared.match.parent
-        return build_record(
-            run_id=session.run_id,
-            group_id=session.group_id,
-            episode_id=session.episode_id,
-            attempt=session.attempt,
-            seq=session.next_seq,
-            call_id=prepared.call_id,
-            parent_call_id=parent.call_id if parent else None,
-            kind=prepared.call.kind,
-            delta_ids=TokenIds(prepared.prompt_ids[prepared.delta_start :]),
-            images=images,
-            reply=reply,
-            sampling=prepared.call.sampling,
-            started_at=started_at,
-            gateway_ms=gateway_ms,
-        )
-
-    async def _publish_and_commit(
-        self, session: Session, prepared: Prepared, reply: EngineReply, event: CallRecord
-    ) -> CallNode:
-        """Step 5: under the session lock, take the seq, publish durably, then add the call to the tree."""
-        call = prepared.call
-        # A session deleted while this call was in flight still gets its record published.
-        lock = self.table.locks.get(session.session_id) or anyio.Lock()
-        async with lock:
-            event = msgspec.structs.replace(event, seq=session.next_seq)
-            try:
-                await self.sink.publish(topic_for(call.kind), event)
-            except Exception as e:  # any failure to make the record durable: the client must not get 200
-                log.exception("publishing call %s of episode %s failed", event.call_id, session.episode_id)
-                raise Refusal(
-                    503, f"the call could not be recorded ({type(e).__name__}); retry", code="record_failed"
-                ) from e
-            node = session.tree.add(
-                call_id=prepared.call_id,
-                match=prepared.match,
-                messages=call.messages,
-                seq=event.seq,
-                kind=call.kind,
-                reply=assistant_reply(reply.text),
-                prompt_ids=prepared.prompt_ids,
-                delta_start=prepared.delta_start,
-                completion_ids=TokenIds(reply.output_ids),
-                finish_reason=reply.finish_reason,
-                image_json=tuple(prepared.image_data),
-                ids_json=JsonIds.of(reply.output_ids, prepared.prompt_json).fragments,
-            )
-            session.record(node, kind_given=call.kind_given)
-        self.metrics.recorded.inc(kind=call.kind.value)
-        if not call.kind_given:
-            self.metrics.missing_call_kind.inc()
-        self.metrics.overhead_ms.inc(event.gateway_ms)
-        self.metrics.engine_ms.inc(reply.engine_ms)
-        return node

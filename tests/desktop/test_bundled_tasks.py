@@ -5,24 +5,21 @@ each; all the tasks' episodes of a policy run side by side."""
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 import uvicorn
 
-from cua_stream.config import Secret
-from cua_stream.events import OutcomeEvent, TaskRef, WorkRequest
+from cua_stream.events import OutcomeEvent
 from cua_stream.scoring import classify
 from cua_stream.tasks import TASKS
 from cua_stream.tasks.policy_server import create_app
 from producers.config import ProducerConfig
-from producers.episode import EpisodeRun
 from producers.trial import TrialRunner
 from tests.conftest import free_port
+from tests.desktop.scripted import first_action, scripted_episode
 from tests.integration.gateway_servers import serving
 
 pytestmark = [
@@ -42,24 +39,7 @@ async def run_all(policy: str, tmp_path: Path) -> dict[str, OutcomeEvent]:
     outcomes: dict[str, OutcomeEvent] = {}
 
     async def one(task: str, seed: int) -> None:
-        work = WorkRequest(
-            run_id="tasks",
-            group_id=f"g-{task}",
-            episode_id=f"{task}-{policy}",
-            task=TaskRef(name=task),
-            sample_index=0,
-            group_size=1,
-            policy_version=0,
-            created_at=time.time(),
-        )
-        episode = EpisodeRun(
-            work=work,
-            attempt=1,
-            seed=seed,
-            session_url=f"http://127.0.0.1:{port}/policies/{policy}/{task}/{seed}/v1",
-            session_key=Secret("scripted-policy-key"),
-            context_length=32768,
-        )
+        episode = scripted_episode(port, policy, task, seed, run_id="tasks", episode_id=f"{task}-{policy}")
         outcomes[task] = (await runner.run(episode)).outcome
 
     with serving(server), anyio.fail_after(240):
@@ -80,13 +60,6 @@ async def test_the_oracle_solves_every_bundled_task(tmp_path: Path) -> None:
         # waits whenever its element is not on screen, acted on its first turn
         assert first_action(tmp_path / "trials" / f"{task}-oracle.1") != "wait", task
     assert set(outcomes) == set(TASKS)
-
-
-def first_action(trial: Path) -> str:
-    """The type of the policy's first action (after computer-1's own start_url navigation)."""
-    steps = json.loads((trial / "agent" / "trajectory.json").read_text())["steps"]
-    calls = [c for s in steps if s["source"] == "agent" for c in s.get("tool_calls") or []]
-    return next(c["arguments"]["type"] for c in calls if c["tool_call_id"] != "call_start_url_navigation")
 
 
 async def test_doing_nothing_scores_zero_on_every_bundled_task(tmp_path: Path) -> None:

@@ -9,22 +9,18 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import time
 from pathlib import Path
 
 import anyio
 import pytest
 import uvicorn
 
-from cua_stream.config import Secret
-from cua_stream.events import TaskRef, WorkRequest
 from cua_stream.tasks import BUNDLED_DIR
 from cua_stream.tasks.policy_server import create_app
 from producers.config import ProducerConfig
-from producers.episode import EpisodeRun
 from producers.trial import TrialRunner
 from tests.conftest import free_port
-from tests.desktop.test_bundled_tasks import first_action
+from tests.desktop.scripted import first_action, scripted_episode
 from tests.integration.gateway_servers import serving
 
 pytestmark = [
@@ -62,23 +58,8 @@ async def test_the_agent_navigates_again_while_the_page_is_not_there(
     port, seed = free_port(), 4242
     server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
     runner = TrialRunner(ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=4))
-    work = WorkRequest(
-        run_id="ready",
-        group_id="g-late",
-        episode_id="late-oracle",
-        task=TaskRef(name="click-button", path=str(task)),
-        sample_index=0,
-        group_size=1,
-        policy_version=0,
-        created_at=time.time(),
-    )
-    episode = EpisodeRun(
-        work=work,
-        attempt=1,
-        seed=seed,
-        session_url=f"http://127.0.0.1:{port}/policies/oracle/click-button/{seed}/v1",
-        session_key=Secret("scripted-policy-key"),
-        context_length=32768,
+    episode = scripted_episode(
+        port, "oracle", "click-button", seed, run_id="ready", episode_id="late-oracle", task_path=task
     )
     with serving(server), anyio.fail_after(180):
         outcome = (await runner.run(episode)).outcome

@@ -14,7 +14,8 @@ import pytest
 
 from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.daemon import ENGINE_CHECK_S, Trainer
+from consumers.trainer.daemon import Trainer
+from consumers.trainer.weights import ENGINE_CHECK_S
 from cua_stream.config import BusConfig
 from cua_stream.engine.config import EngineConfig
 from tests.conftest import free_port, wait_until

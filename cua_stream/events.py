@@ -360,6 +360,48 @@ class DeadLetter(Event, frozen=True, kw_only=True, tag="dead_letter"):
     """Parts cut to a prefix so the dead letter fits; empty: every byte is here."""
 
 
+class EvalTask(msgspec.Struct, frozen=True, kw_only=True):
+    """One task's results in an evaluation (or all of them, under ``task`` = ``overall``)."""
+
+    task: str
+    episodes: int
+    scored: int
+    """Episodes with a reward (discards and episodes never scored are left out of the rates)."""
+    successes: int
+    low: float
+    high: float
+    """The success rate's 95 % Wilson interval (0 and 1 with nothing scored)."""
+    pass_at: dict[int, float] = {}
+    """pass@k (the unbiased estimator) for each k up to the samples per instance."""
+    mean_reward: float | None = None
+    discards: dict[str, int] = {}
+    unscored: int = 0
+    mean_turns: float | None = None
+    mean_seconds: float | None = None
+
+
+class EvalReport(Event, frozen=True, kw_only=True, tag="eval_report"):
+    """An evaluation's results, per task and overall (keyed by the evaluation's run id, which starts with
+    ``eval-``: no trainer takes its work). The episodes themselves are on the episode topics under that run
+    id, and in the evaluation's results file."""
+
+    policy: str
+    """A scripted policy's name (``oracle``), or the model directory evaluated."""
+    policy_version: int | None = None
+    """The training run's weight version evaluated (``of_run``); None for a model directory or a script."""
+    of_run: str = ""
+    """The training run whose version was evaluated (empty: none)."""
+    environment: str
+    samples: int
+    """Episodes per task instance (task and layout): the k of pass@k."""
+    success_at: float
+    """The reward at or above which an episode counts as a success."""
+    layouts: int
+    tasks: tuple[EvalTask, ...]
+    """Per task, then ``overall``."""
+    created_at: float
+
+
 RECORD_TYPES: tuple[type[Event], ...] = (
     WorkRequest,
     TurnEvent,
@@ -370,6 +412,7 @@ RECORD_TYPES: tuple[type[Event], ...] = (
     TrainStep,
     GroupDropped,
     DeadLetter,
+    EvalReport,
 )
 AnyEvent = (
     WorkRequest
@@ -381,6 +424,7 @@ AnyEvent = (
     | TrainStep
     | GroupDropped
     | DeadLetter
+    | EvalReport
 )
 
 

@@ -22,6 +22,7 @@ from cua_stream.events import (
     CallRecord,
     DeadLetter,
     Discard,
+    EvalReport,
     Event,
     GroupDropped,
     OutcomeEvent,
@@ -109,6 +110,10 @@ def describe(event: Event) -> str:
             return (
                 f"{event.reason} from {event.source_topic}[{event.partition}]@{event.offset}: {event.error}"
             )
+        case EvalReport():
+            rates = " ".join(f"{t.task}={t.successes}/{t.scored}" for t in event.tasks)
+            version = f" v={event.policy_version}" if event.policy_version is not None else ""
+            return f"eval policy={event.policy}{version} {rates}"
     return ""  # pragma: no cover - every record type is matched above
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from cua_stream.errors import UnknownTopicError
 from cua_stream.events import (
     DeadLetter,
+    EvalReport,
     Event,
     GroupDropped,
     OutcomeEvent,
@@ -85,6 +86,16 @@ DLQ = TopicSpec(
     "dlq", (DeadLetter,), "original", "delete", 30 * DAY_MS, False, "records no consumer could process"
 )
 
+EVALS = TopicSpec(
+    "evals",
+    (EvalReport,),
+    "run_id",
+    "delete",
+    365 * DAY_MS,
+    False,
+    "evaluation results, per task and overall (the episodes are on the episode topics under eval- run ids)",
+)
+
 
 def partition_of(key: bytes, partitions: int) -> int:
     """The partition Kafka's Java client (and aiokafka) gives ``key`` among ``partitions``: murmur2, sign
@@ -117,7 +128,7 @@ def _murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-ALL: tuple[TopicSpec, ...] = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, POLICY, TRAIN_STEPS, DLQ)
+ALL: tuple[TopicSpec, ...] = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, POLICY, TRAIN_STEPS, DLQ, EVALS)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL}
 
 

@@ -81,6 +81,12 @@ function render(s) {
     `gateway p50 ${l.gateway_p50} ms, p95 ${l.gateway_p95} ms`;
   $("tasks").tBodies[0].replaceChildren(...Object.entries(s.tasks).map(([t, r]) => el("tr", {},
     el("td", {}, t), el("td", {}, r.scored), el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, r.discarded))));
+  $("evals").tBodies[0].replaceChildren(...s.evals.slice().reverse().flatMap((e) => e.tasks.map((t) => el("tr",
+    { class: t.task === "overall" ? "overall" : "" },
+    el("td", {}, t.task === "overall" ? e.policy : ""), el("td", {}, t.task),
+    el("td", {}, t.rate === null ? "-" : `${fixed(t.rate, 2)} (${Math.round(t.rate * t.scored)}/${t.scored})`),
+    el("td", {}, `[${fixed(t.low, 2)}, ${fixed(t.high, 2)}]`),
+    el("td", {}, Object.entries(t.pass_at).map(([k, v]) => `@${k} ${fixed(v, 2)}`).join(" "))))));
   $("episodes").replaceChildren(...s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
     `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
 }

@@ -19,6 +19,7 @@ from cua_stream.events import (
     CallRecord,
     DeadLetter,
     Discard,
+    EvalReport,
     GroupDropped,
     OutcomeEvent,
     PolicyVersion,
@@ -30,6 +31,7 @@ from cua_stream.metrics import quantile
 from cua_stream.versions import staleness
 
 EPISODES_KEPT = 300
+EVALS_KEPT = 100
 CALLS_KEPT = 2000
 GROUP_VERSIONS_KEPT = 20_000
 
@@ -82,6 +84,8 @@ class Board:
     group_rewards: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)
     """The recent groups' tasks and rewards (for each step's reward by task, whatever order the topics
     are read in)."""
+    evals: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    """The recent evaluations' results, by their run id (the eval panel: per policy version, per task)."""
     latest_version: int = 0
     records: int = 0
 
@@ -159,6 +163,11 @@ class Board:
                 self.latest_version = max(self.latest_version, event.version)
             case DeadLetter():
                 self.dead_letters[event.reason] += 1
+            case EvalReport():
+                self.evals[event.run_id] = eval_row(event)
+                self.evals.move_to_end(event.run_id)
+                while len(self.evals) > EVALS_KEPT:
+                    self.evals.popitem(last=False)
 
     def _stale(self, trained_version: int, issued_version: int) -> None:
         """A group trained into ``trained_version`` (by weights one version older) from work issued under
@@ -209,11 +218,37 @@ class Board:
                 "calls": len(engine),
             },
             "tasks": self.by_task(),
+            "evals": sorted(self.evals.values(), key=lambda e: (e["created_at"], e["run_id"]))[-20:],
             "episodes": [
                 {"episode_id": e.episode_id, "task": e.task, "calls": len(e.calls), "verdict": e.verdict}
                 for e in reversed(self.episodes.values())
             ][:50],
         }  # fmt: skip
+
+
+def eval_row(report: EvalReport) -> dict[str, Any]:
+    """An evaluation as the eval panel shows it: what was evaluated, and per task its success rate with
+    the 95 % interval, pass@k and how many episodes counted."""
+    version = f"v{report.policy_version}" if report.policy_version is not None else ""
+    return {
+        "run_id": report.run_id,
+        "policy": f"{report.of_run} {version}".strip() or report.policy,
+        "created_at": report.created_at,
+        "samples": report.samples,
+        "layouts": report.layouts,
+        "tasks": [
+            {
+                "task": t.task,
+                "rate": round(t.successes / t.scored, 3) if t.scored else None,
+                "low": round(t.low, 3),
+                "high": round(t.high, 3),
+                "scored": t.scored,
+                "episodes": t.episodes,
+                "pass_at": {str(k): round(v, 3) for k, v in sorted(t.pass_at.items())},
+            }
+            for t in report.tasks
+        ],
+    }
 
 
 def _bounded[V](table: OrderedDict[str, V], key: str, value: V) -> None:

@@ -34,10 +34,12 @@ from cua_stream.cli._stack import (
 from cua_stream.config import BusConfig, build, state_dir
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
+from cua_stream.evaluation.report import report_of
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
+from cua_stream.topics import EVALS
 
 if TYPE_CHECKING:
-    from cua_stream.events import OutcomeEvent, ScoreEvent
+    from cua_stream.events import EvalReport, OutcomeEvent, ScoreEvent
 
 
 @friendly_errors
@@ -157,6 +159,8 @@ def eval_(
     files.save(path, results)
     _console().print(results_table(results, success_at))
     out.print(f"Episodes written to [bold]{path}[/bold]")
+    anyio.run(publish_report, bus, report_of(results, success_at=success_at))
+    out.print(f"Results published to [bold]{bus.topics().name_of(EVALS)}[/bold] (the dashboard's eval panel)")
 
 
 def _plan(
@@ -209,6 +213,13 @@ def _console() -> Console:
     """Where the tables go: the terminal, or 160 columns where the output is not one (a log, a pipe),
     so that a table of ten columns is not squeezed into 80."""
     return out if out.is_terminal else Console(highlight=False, width=160)
+
+
+async def publish_report(bus: BusConfig, report: EvalReport) -> None:
+    from cua_stream.bus.producer import EventProducer
+
+    async with EventProducer(bus) as producer:
+        await producer.publish(EVALS, report)
 
 
 async def scored_outcomes(

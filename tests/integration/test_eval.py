@@ -17,9 +17,14 @@ import sys
 import uuid
 from pathlib import Path
 
+import anyio
 import pytest
 
+from cua_stream.bus.reader import scan
+from cua_stream.config import BusConfig
 from cua_stream.evaluation.plan import EVAL_SEED_BASE
+from cua_stream.events import EvalReport
+from cua_stream.topics import EVALS, TopicSpec
 from tests.conftest import free_port
 
 TASKS = "click-button,read-value"
@@ -29,6 +34,10 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cua_stream", *args], capture_output=True, text=True, timeout=300, env=env
     )
+
+
+async def read_all(bus: BusConfig, spec: TopicSpec) -> list[EvalReport]:
+    return [d.event async for d in scan(bus, spec)]  # type: ignore[misc]
 
 
 def evaluate(policy: str, out: Path, bootstrap: str, env: dict[str, str], *extra: str) -> dict:
@@ -48,7 +57,8 @@ def evaluate(policy: str, out: Path, bootstrap: str, env: dict[str, str], *extra
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_eval_runs_the_scripted_policies_and_compares_them(kafka_bootstrap: str, tmp_path: Path) -> None:
-    env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": f"t-{uuid.uuid4().hex[:10]}"}
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
 
     good = evaluate("oracle", tmp_path / "oracle.json", kafka_bootstrap, env)
     episodes = good["results"]["episodes"]
@@ -71,6 +81,17 @@ def test_eval_runs_the_scripted_policies_and_compares_them(kafka_bootstrap: str,
     # overall 0/4: Wilson [0, z^2 / (4 + z^2)] = [0.00, 0.49]
     assert "0.00 (0/4)" in bad["stdout"] and "[0.00, 0.49]" in bad["stdout"], bad["stdout"]
     assert "server_status:400" in bad["stdout"], bad["stdout"]  # the reason, in "other verdicts"
+
+    # each evaluation's results, per task and overall, on the evals topic (the dashboard's eval panel)
+    bus = BusConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)
+    reports = {r.run_id: r for r in anyio.run(read_all, bus, EVALS)}
+    assert set(reports) == {good["results"]["run_id"], bad["results"]["run_id"]}
+    oracle, idle = reports[good["results"]["run_id"]], reports[bad["results"]["run_id"]]
+    assert [t.task for t in oracle.tasks] == ["click-button", "read-value", "overall"]
+    overall = {r.policy: (r.tasks[-1].successes, r.tasks[-1].scored) for r in (oracle, idle)}
+    assert overall == {"oracle": (4, 4), "idle": (0, 4)}
+    assert round(oracle.tasks[-1].low, 2) == 0.51 and round(idle.tasks[-1].high, 2) == 0.49
+    assert oracle.tasks[0].pass_at == {1: 1.0, 2: 1.0} and oracle.samples == 2 and oracle.layouts == 1
 
     compared = cli("eval", "--compare", str(tmp_path / "oracle.json"), str(tmp_path / "idle.json"), env=env)
     assert compared.returncode == 0, compared.stderr

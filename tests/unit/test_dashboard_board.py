@@ -106,3 +106,41 @@ def test_the_board_keeps_a_bounded_window_of_episodes(monkeypatch: pytest.Monkey
         b.add(work(g, 0))
     assert list(b.episodes) == [f"g{g}-e0" for g in range(7, 12)]
     assert len(b.summary()["episodes"]) == 5 and b.records == 12
+
+
+def test_the_eval_panel_shows_each_evaluation_per_task_newest_last_in_bounded_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from cua_stream.evaluation.report import report_of
+    from cua_stream.evaluation.results import EvalEpisode, EvalResults
+
+    def results(run: str, rewards: list[float], at: float) -> EvalResults:
+        task = ("read-value", "click-button")
+        episodes = [
+            EvalEpisode(
+                episode_id=f"{run}-{i}", task=task[i % 2], seed=7, sample=i // 2, verdict="reward", reward=r
+            )
+            for i, r in enumerate(rewards)
+        ]
+        return EvalResults(run_id=run, policy="/m/run-1/weights-v3", environment="scripted", samples=2,
+                           seeds=[7], tasks=["read-value", "click-button"], created_at=at, episodes=episodes)  # fmt: skip
+
+    board = Board()
+    board.add(report_of(results("eval-b", [1.0, 0.0, 1.0, 1.0], at=20.0), policy_version=3, of_run="run-1"))
+    board.add(report_of(results("eval-a", [0.0, 0.0, 0.0, 0.0], at=10.0)))
+    shown = board.summary()["evals"]
+    assert [e["run_id"] for e in shown] == ["eval-a", "eval-b"]  # by creation time, not arrival
+    a, b = shown
+    assert a["policy"] == "/m/run-1/weights-v3" and b["policy"] == "run-1 v3"
+    rows = {t["task"]: t for t in b["tasks"]}
+    assert list(rows) == ["read-value", "click-button", "overall"]
+    assert rows["read-value"]["rate"] == 1.0 and rows["click-button"]["rate"] == 0.5
+    assert rows["overall"]["rate"] == 0.75 and rows["overall"]["scored"] == 4
+    assert rows["overall"]["low"] == 0.301 and rows["overall"]["high"] == 0.954  # Wilson, 3 of 4
+    assert rows["click-button"]["pass_at"] == {"1": 0.5, "2": 1.0}
+    assert a["tasks"][-1]["rate"] == 0.0
+
+    monkeypatch.setattr(board_module, "EVALS_KEPT", 3)
+    for i in range(5):
+        board.add(report_of(results(f"eval-{i}", [1.0, 1.0], at=100.0 + i)))
+    assert [e["run_id"] for e in board.summary()["evals"]] == ["eval-2", "eval-3", "eval-4"]

@@ -162,11 +162,9 @@ def _tree_lines(tree: AttemptTree) -> Iterator[str]:
     for node in tree.calls:
         call = node.call
         kind = f"compaction ({call.kind})" if call.kind in SUMMARY_KINDS else str(call.kind)
-        link = (
-            f"retry of {node.retry_of}"
-            if node.retry_of
-            else (f"extends {call.parent_call_id}" if call.parent_call_id else "root")
-        )
+        link = f"extends {call.parent_call_id}" if call.parent_call_id else "root"
+        if node.retry_of:
+            link += f", retry of {node.retry_of}"
         trained = (
             "abandoned retry, not trained"
             if node.abandoned

@@ -87,16 +87,16 @@ async def publish(config: BusConfig) -> None:
 
 
 class RecordingTrainer(Trainer):
-    """The real trainer, keeping the items its backend was given."""
+    """The real trainer, keeping the items its backend was given, step by step."""
 
-    trained: list[TrainItem]
+    trained: list[list[TrainItem]]
 
     def _load(self) -> Any:
         saved, backend = super()._load()
         step, self.trained = backend.step, []
 
         def recording(items: list[TrainItem]) -> Any:
-            self.trained.extend(items)
+            self.trained.append(list(items))
             return step(items)
 
         backend.step = recording  # type: ignore[method-assign]
@@ -113,7 +113,43 @@ async def train_one_step(bus: BusConfig, model: Path, home: Path) -> tuple[Train
     with anyio.fail_after(240):
         await trainer.run()
     (step,) = [d.event async for d in scan(bus, TRAIN_STEPS) if isinstance(d.event, TrainStep)]
-    return step, trainer.trained
+    (items,) = trainer.trained
+    return step, items
+
+
+def rebuilt_items(document: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """What `inspect step --json` says each trained sample was, in the step's order."""
+    return [
+        (
+            e["episode_id"],
+            s["leaf_call_id"],
+            s["tokens"],
+            s["loss_mask"],
+            s["rollout_logprobs"],
+            s["images"],
+            e["advantage"],
+        )
+        for g in document["groups"]
+        for e in g["episodes"]
+        if e["advantage"] is not None
+        for s in e["samples"]
+    ]
+
+
+def trained_items(items: list[TrainItem]) -> list[tuple[Any, ...]]:
+    """The same of the items the trainer's backend was given."""
+    return [
+        (
+            i.sample.episode_id,
+            i.sample.leaf_call_id,
+            i.sample.tokens.tolist(),
+            list(i.sample.loss_mask),
+            i.sample.rollout_logprobs.tolist(),
+            [ref.sha256 for ref in i.sample.images],
+            i.advantage,
+        )
+        for i in items
+    ]
 
 
 def test_inspect_rebuilds_the_step_the_trainer_trained(
@@ -131,30 +167,7 @@ def test_inspect_rebuilds_the_step_the_trainer_trained(
     assert document["rebuilt"]["n_episodes"] == step.n_episodes == 4
     assert document["rebuilt"]["n_samples"] == step.n_samples == 5  # e0 of g0: its compaction, its new root
     assert document["rebuilt"]["trained_tokens"] == step.metrics["trained_tokens"]
-    rebuilt = [
-        (
-            e["episode_id"],
-            s["leaf_call_id"],
-            s["tokens"],
-            s["loss_mask"],
-            s["rollout_logprobs"],
-            e["advantage"],
-        )
-        for g in document["groups"]
-        for e in g["episodes"]
-        for s in e["samples"]
-    ]
-    assert rebuilt == [
-        (
-            i.sample.episode_id,
-            i.sample.leaf_call_id,
-            i.sample.tokens.tolist(),
-            list(i.sample.loss_mask),
-            i.sample.rollout_logprobs.tolist(),
-            i.advantage,
-        )
-        for i in trained
-    ]  # the very samples, masks, logprobs and advantages the backend trained
+    assert rebuilt_items(document) == trained_items(trained)  # the very samples the backend trained
 
     # the real entry point, as text, with the model's tokenizer
     command = [sys.executable, "-m", "cua_stream", "inspect", "step", "--run", RUN, "--step", str(step.step)]

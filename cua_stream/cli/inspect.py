@@ -9,8 +9,9 @@ batch with the trainer's own functions (``consumers.trainer.inspect``) and check
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 import typer
@@ -22,7 +23,7 @@ from cua_stream.bus.codec import Delivery
 from cua_stream.bus.reader import scan
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
 from cua_stream.cli._inspect_render import Text, episode_document, episode_text, step_document, step_text
-from cua_stream.config import BusConfig, build
+from cua_stream.config import BusConfig, build, require_model_dir
 from cua_stream.events import CallRecord, GroupDropped, ScoreEvent, TrainStep
 from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
 
@@ -37,7 +38,11 @@ Run = Annotated[str, typer.Option("--run", "-r", help="The run id (the trainer's
 Json = Annotated[bool, typer.Option("--json", help="One JSON document instead of text.")]
 Model = Annotated[
     Path | None,
-    typer.Option("--model", help="Model directory whose tokenizer decodes the tokens (else token ids)."),
+    typer.Option(
+        "--model",
+        help="Model directory whose tokenizer decodes the tokens (default: the config's trainer.model_path "
+        "if it is one here; else token ids are shown).",
+    ),
 ]
 MaxSeqLen = Annotated[
     int | None,
@@ -83,7 +88,7 @@ def step(
     wanted = set(record.group_ids)
     records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.group_id in wanted)
     batch = rebuild_step(record, records, rules)
-    text = _text(model)
+    text = _text(model, config)
     if as_json:
         print(json.dumps(step_document(batch, rules, text), indent=1))
     else:
@@ -117,10 +122,11 @@ def episode(
     view = episode_view(run, episode_id, events, steps, drops, max_seq_len=rules.max_seq_len)
     if view is None:
         raise LookupError(f"run {run!r} has no call or score of episode {episode_id!r} on the topics")
+    text = _text(model, config)
     if as_json:
-        print(json.dumps(episode_document(view, _text(model)), indent=1))
+        print(json.dumps(episode_document(view, text), indent=1))
     else:
-        for line in episode_text(view, _text(model), full=full):
+        for line in episode_text(view, text, full=full):
             out.print(line, markup=False)
 
 
@@ -142,7 +148,7 @@ async def _steps_of(bus: BusConfig, run: str) -> tuple[list[TrainStep], list[Gro
     return sorted(steps.values(), key=lambda s: s.step), drops
 
 
-async def _episode_records(bus: BusConfig, keep: Any) -> list[Delivery]:
+async def _episode_records(bus: BusConfig, keep: Callable[[CallRecord | ScoreEvent], bool]) -> list[Delivery]:
     """The calls and scores ``keep`` accepts, each topic partition by partition in offset order (so the
     first score of an episode is the one the trainer kept)."""
     out: list[Delivery] = []
@@ -153,13 +159,16 @@ async def _episode_records(bus: BusConfig, keep: Any) -> list[Delivery]:
     return out
 
 
-def _text(model: Path | None) -> Text:
-    """Token ids → text with the model's tokenizer; None without ``--model`` (ids are shown instead)."""
-    if model is None:
-        return None
-    from cua_stream.config import require_model_dir
-
-    require_model_dir("--model", str(model))
+def _text(model: Path | None, config: Path | None) -> Text:
+    """Token ids → text with the model's tokenizer: ``--model``'s (it must be a model directory), else
+    the config's ``trainer.model_path`` when it is one on this machine; None: ids are shown instead."""
+    if model is not None:
+        require_model_dir("--model", str(model))
+    else:
+        configured = (load_file(config).get("trainer") or {}).get("model_path")
+        if not configured or not (Path(configured) / "config.json").is_file():
+            return None
+        model = Path(configured)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model))

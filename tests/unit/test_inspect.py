@@ -5,6 +5,7 @@ named; an episode's tree shows its retry, compaction, ignored attempt, sample ow
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -13,6 +14,7 @@ from consumers.trainer.calltree import episode_view
 from consumers.trainer.inspect import StepRules, rebuild_step, segments, version_runs
 from cua_stream.bus.codec import Delivery
 from cua_stream.cli._inspect_render import episode_text, step_document, step_text
+from cua_stream.config import ConfigError
 from cua_stream.events import (
     CallKind,
     CallRecord,
@@ -183,3 +185,19 @@ def test_an_episodes_tree_shows_its_retry_compaction_attempts_owners_and_step() 
     assert "trained in step 1" in text and "compaction (compaction_summary)" in text
     assert "abandoned retry, not trained" in text and "attempt 1 (not scored: ignored)" in text
     assert episode_view(RUN, "nobody", events) is None
+
+
+def test_the_rules_come_from_the_trainer_section_and_the_options(tmp_path: Path) -> None:
+    from cua_stream.cli.inspect import _rules, _text
+
+    config = tmp_path / "run.toml"
+    config.write_text(
+        '[trainer]\nrun_id = "r"\nmodel_path = "/not/here"\nnegative_scale = 0.0\nmax_seq_len = 64\n'
+    )
+    assert _rules(config, None, None) == StepRules(negative_scale=0.0, max_seq_len=64)
+    assert _rules(config, 128, 0.5) == StepRules(negative_scale=0.5, max_seq_len=128)  # the options win
+    assert _rules(None, None, None) == StepRules()
+    assert _text(None, config) is None  # a model path that is not here: token ids are shown
+    config.write_text('[trainer]\nmax_seq_len = "long"\n')
+    with pytest.raises(ConfigError, match=r"trainer\.max_seq_len"):
+        _rules(config, None, None)

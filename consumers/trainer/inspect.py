@@ -24,7 +24,7 @@ import msgspec
 from consumers.trainer.grpo import GroupDecision, GroupPolicy
 from consumers.trainer.join import Join
 from consumers.trainer.judge import assess
-from consumers.trainer.samples import Sample, Vocabulary
+from consumers.trainer.samples import CallTreeError, Sample, Vocabulary
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Discard, Reward, TrainStep
 
@@ -125,7 +125,7 @@ def _group(
         judgement, _ = assess(
             state, policy=policy, version=version, max_seq_len=rules.max_seq_len, vocab=vocab
         )
-    except ValueError as e:  # CallTreeError: the trainer would have dropped the group
+    except CallTreeError as e:  # the trainer would have dropped the group as invalid_records
         return GroupBatch(group_id, None, error=f"the records do not assemble: {e}")
     decision = judgement.decision
     episodes = tuple(

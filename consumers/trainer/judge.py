@@ -78,6 +78,19 @@ async def _assess(
     vocab: Vocabulary,
     blobs: BlobStore,
 ) -> Judgement:
+    judgement, scored_calls = assess(
+        group, policy=policy, version=version, max_seq_len=max_seq_len, vocab=vocab
+    )
+    await _check_images(scored_calls, blobs)
+    return judgement
+
+
+def assess(
+    group: GroupState, *, policy: GroupPolicy, version: int, max_seq_len: int, vocab: Vocabulary | None
+) -> tuple[Judgement, list[CallRecord]]:
+    """The pure part of ``judge``: the group's samples (each episode's scored attempt) and its decision,
+    with the calls that were assembled (their screenshots must be in the blob store); CallTreeError if
+    the records break assembly. ``cua-stream inspect`` rebuilds a trained step with it."""
     results: list[EpisodeResult] = []
     samples: dict[str, tuple[Sample, ...]] = {}
     scored_calls: list[CallRecord] = []
@@ -89,15 +102,14 @@ async def _assess(
         scored_calls += calls
         oldest = min((s.oldest_version for s in samples[episode_id]), default=version)
         results.append(EpisodeResult(episode_id, episode.score.verdict, oldest))
-    await _check_images(scored_calls, blobs)
     decision = decide(results, policy, trainer_version=version)
     assert decision is not None  # the group is complete
     if bad := non_finite_rewards(results):
         faults = [Fault(at, decision.detail) for e in bad if (at := group.episodes[e].score_at)]
-        return Judgement(decision, samples, faults)
+        return Judgement(decision, samples, faults), scored_calls
     if decision.train and not any(samples[e] for e in decision.advantages):
         decision = drop(DropReason.NO_SAMPLES)
-    return Judgement(decision, samples)
+    return Judgement(decision, samples), scored_calls
 
 
 async def _check_images(calls: list[CallRecord], blobs: BlobStore) -> None:

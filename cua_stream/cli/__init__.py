@@ -49,6 +49,7 @@ SUBCOMMANDS: dict[str, str] = {
     "sft": "cua_stream.cli.sft:sft",
     "learn": "cua_stream.cli.learn:learn",
     "eval": "cua_stream.cli.eval:eval_",
+    "inspect": "cua_stream.cli.inspect:app",
 }
 
 

@@ -1,0 +1,175 @@
+"""`cua-stream inspect`: a trained step, or an episode's call tree, rebuilt from the topics alone.
+
+``step`` reads the step's ``TrainStep`` record and its groups' turns, summaries and scores, rebuilds the
+batch with the trainer's own functions (``consumers.trainer.inspect``) and checks it against the record;
+``episode`` shows one episode's calls, compactions, samples, score and the step that trained it
+(``consumers.trainer.calltree``). Both only read (group-less, committed records).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import typer
+from rich.console import Console
+
+from consumers.trainer.calltree import episode_view
+from consumers.trainer.inspect import StepRules, rebuild_step
+from cua_stream.bus.codec import Delivery
+from cua_stream.bus.reader import scan
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli._inspect_render import Text, episode_document, episode_text, step_document, step_text
+from cua_stream.config import BusConfig, build, require_model_dir
+from cua_stream.events import CallRecord, GroupDropped, ScoreEvent, TrainStep
+from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
+
+app = typer.Typer(
+    help="Rebuild what the trainer saw from the topics: a step's batch, an episode's call tree.",
+    no_args_is_help=True,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+Run = Annotated[str, typer.Option("--run", "-r", help="The run id (the trainer's run_id).")]
+Json = Annotated[bool, typer.Option("--json", help="One JSON document instead of text.")]
+Model = Annotated[
+    Path | None,
+    typer.Option(
+        "--model",
+        help="Model directory whose tokenizer decodes the tokens (default: the config's trainer.model_path "
+        "if it is one here; else token ids are shown).",
+    ),
+]
+MaxSeqLen = Annotated[
+    int | None,
+    typer.Option(
+        "--max-seq-len", help="The trainer's max_seq_len (default: the config's trainer section, or 32768)."
+    ),
+]
+NegativeScale = Annotated[
+    float | None,
+    typer.Option(
+        "--negative-scale", help="The trainer's negative_scale (default: the config's trainer section, or 1)."
+    ),
+]
+Full = Annotated[bool, typer.Option("--full", help="Show every token and the whole text of each part.")]
+
+
+@app.command()
+@friendly_errors
+def step(
+    run: Run,
+    number: Annotated[int, typer.Option("--step", "-s", help="The step number (as in its TrainStep).")],
+    as_json: Json = False,
+    model: Model = None,
+    max_seq_len: MaxSeqLen = None,
+    negative_scale: NegativeScale = None,
+    full: Full = False,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """Rebuild the batch step N of a run trained, and check it against the step's record (exit 1 if they
+    differ). The group rules and max_seq_len are the trainer's: the config's trainer section, or the
+    options."""
+    bus = make_bus(bootstrap, prefix, config)
+    rules = _rules(config, max_seq_len, negative_scale)
+    steps, _ = anyio.run(_steps_of, bus, run)
+    record = next((s for s in steps if s.step == number), None)
+    if record is None:
+        known = ", ".join(str(s.step) for s in steps[-20:]) or "none"
+        raise LookupError(
+            f"run {run!r} has no step {number} on {bus.topics().name_of(TRAIN_STEPS)} (its steps: {known})"
+        )
+    wanted = set(record.group_ids)
+    records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.group_id in wanted)
+    batch = rebuild_step(record, records, rules)
+    text = _text(model, config)
+    if as_json:
+        print(json.dumps(step_document(batch, rules, text), indent=1))
+    else:
+        for line in step_text(batch, rules, text, full=full):
+            out.print(line, markup=False)
+    if batch.mismatches:
+        err.print(f"[bold red]MISMATCH[/bold red]: the rebuilt batch is not what step {number} trained")
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly_errors
+def episode(
+    episode_id: Annotated[str, typer.Argument(help="The episode id.")],
+    run: Run,
+    as_json: Json = False,
+    model: Model = None,
+    max_seq_len: MaxSeqLen = None,
+    full: Full = False,
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+) -> None:
+    """An episode's call tree: each call with its parent or the call it retried, its compactions, the
+    sample that trains each completion, its score or discard reason, and the step that trained it."""
+    bus = make_bus(bootstrap, prefix, config)
+    rules = _rules(config, max_seq_len, None)
+    records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)
+    steps, drops = anyio.run(_steps_of, bus, run)
+    events = [d.event for d in records if isinstance(d.event, (CallRecord, ScoreEvent))]
+    view = episode_view(run, episode_id, events, steps, drops, max_seq_len=rules.max_seq_len)
+    if view is None:
+        raise LookupError(f"run {run!r} has no call or score of episode {episode_id!r} on the topics")
+    text = _text(model, config)
+    if as_json:
+        print(json.dumps(episode_document(view, text), indent=1))
+    else:
+        for line in episode_text(view, text, full=full):
+            out.print(line, markup=False)
+
+
+def _rules(config: Path | None, max_seq_len: int | None, negative_scale: float | None) -> StepRules:
+    overrides = {"max_seq_len": max_seq_len, "negative_scale": negative_scale}
+    return build(StepRules, "trainer", file_data=load_file(config), overrides=overrides)
+
+
+async def _steps_of(bus: BusConfig, run: str) -> tuple[list[TrainStep], list[GroupDropped]]:
+    """The run's step records (first of each number, as published) and its groups' drops."""
+    steps: dict[int, TrainStep] = {}
+    drops: list[GroupDropped] = []
+    async for delivery in scan(bus, TRAIN_STEPS):
+        event = delivery.event
+        if isinstance(event, TrainStep) and event.run_id == run:
+            steps.setdefault(event.step, event)
+        elif isinstance(event, GroupDropped) and event.run_id == run:
+            drops.append(event)
+    return sorted(steps.values(), key=lambda s: s.step), drops
+
+
+async def _episode_records(bus: BusConfig, keep: Callable[[CallRecord | ScoreEvent], bool]) -> list[Delivery]:
+    """The calls and scores ``keep`` accepts, each topic partition by partition in offset order (so the
+    first score of an episode is the one the trainer kept)."""
+    out: list[Delivery] = []
+    for spec in (TURNS, SUMMARIES, SCORES):
+        async for delivery in scan(bus, spec):
+            if isinstance(delivery.event, (CallRecord, ScoreEvent)) and keep(delivery.event):
+                out.append(delivery)
+    return out
+
+
+def _text(model: Path | None, config: Path | None) -> Text:
+    """Token ids → text with the model's tokenizer: ``--model``'s (it must be a model directory), else
+    the config's ``trainer.model_path`` when it is one on this machine; None: ids are shown instead."""
+    if model is not None:
+        require_model_dir("--model", str(model))
+    else:
+        configured = (load_file(config).get("trainer") or {}).get("model_path")
+        if not configured or not (Path(configured) / "config.json").is_file():
+            return None
+        model = Path(configured)
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)

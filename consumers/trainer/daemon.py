@@ -47,6 +47,7 @@ from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.samples import Sample
 from consumers.trainer.schedule import warmup_lr
+from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import engine_version, push_weights
 from cua_stream.blobs import open_blob_store
@@ -124,6 +125,7 @@ class Trainer:
         self.clock = clock
         self.on_step = on_step or _log_step
         """Called with each step's record once it is published (progress display, logs)."""
+        self.sinks = TrainerSinks(config.metrics_sinks, config.run_id)
         self.topics = config.bus.topics()
         self.dir = config.checkpoints
         self.metrics = TrainerMetrics()
@@ -185,8 +187,10 @@ class Trainer:
                 if saved.weights and self.config.engine_url and served != str(saved.version):
                     await self._push(http, self.dir / saved.weights, saved.version)
                 await reconcile(self.config.bus, producer, saved.pending)
+                await anyio.to_thread.run_sync(self.sinks.write_pending, saved.pending)
                 st.issued = max(saved.issued, await issued_in_log(self.config, producer, set(saved.decided)))
                 await self._loop(producer, http, saved, stop, task_status)
+                await anyio.to_thread.run_sync(self.sinks.close)
             tg.cancel_scope.cancel()
 
     async def _loop(
@@ -396,6 +400,7 @@ class Trainer:
                 log.warning("%s; training goes on", e)
         await publish(producer, outputs)  # d.
         st.drops, st.dead_letters = [], []
+        await anyio.to_thread.run_sync(self.sinks.write, outputs)  # TensorBoard, W&B (trainer.metrics_sinks)
         for event in outputs:
             if isinstance(event, TrainStep):
                 self.on_step(event)

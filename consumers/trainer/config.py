@@ -14,6 +14,7 @@ from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
 from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
+from cua_stream.metrics_sinks import SinkSpec
 from cua_stream.tasks.refs import task_ref
 
 
@@ -93,6 +94,10 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """The gateway's admin key (drain and resume around a weight load), when it has one."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
+    metrics_sinks: list[str] = []
+    """Where each step's scalars also go, as it is published: ``tensorboard:DIR`` (event files under
+    ``DIR/<run_id>``) or ``wandb:DIR`` (an offline W&B run; ``wandb sync`` uploads it). README "Metrics
+    in TensorBoard and W&B"."""
     bus: BusConfig = BusConfig()
 
     def __post_init__(self) -> None:
@@ -133,6 +138,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError(f"trainer.top_p: in (0, 1], not {self.top_p}")
         if not 0 <= self.min_p < 1:
             raise ConfigError(f"trainer.min_p: in [0, 1), not {self.min_p}")
+        for sink in self.metrics_sinks:
+            try:
+                SinkSpec.parse(sink)
+            except ValueError as e:
+                raise ConfigError(f"trainer.metrics_sinks: {e}") from None
         if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:
             raise ConfigError("trainer.lr, trainer.temperature and trainer.group_timeout_s: must be > 0")
 

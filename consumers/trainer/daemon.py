@@ -44,6 +44,7 @@ from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.schedule import warmup_lr
+from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState
 from consumers.trainer.step_record import describe_step, train_step
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
@@ -93,6 +94,7 @@ class Trainer:
         self.clock = clock
         self.on_step = on_step or _log_step
         """Called with each step's record once it is published (progress display, logs)."""
+        self.sinks = TrainerSinks(config.metrics_sinks, config.run_id)
         self.topics = config.bus.topics()
         self.dir = config.checkpoints
         self.metrics = TrainerMetrics()
@@ -157,8 +159,10 @@ class Trainer:
                 if saved.weights and await self.engine.served(http) != str(saved.version):
                     await self.engine.push(http, self.dir / saved.weights, saved.version)
                 await reconcile(self.config.bus, producer, saved.pending)
+                await anyio.to_thread.run_sync(self.sinks.write_pending, saved.pending)
                 st.issued = max(saved.issued, await issued_in_log(self.config, producer, set(saved.decided)))
                 await self._loop(producer, http, saved, stop, task_status)
+                await anyio.to_thread.run_sync(self.sinks.close)
             tg.cancel_scope.cancel()
 
     async def _loop(
@@ -386,6 +390,7 @@ class Trainer:
                 log.warning("%s; training goes on", e)
         await publish(producer, outputs)  # d.
         st.drops, st.dead_letters = [], []
+        await anyio.to_thread.run_sync(self.sinks.write, outputs)  # TensorBoard, W&B (trainer.metrics_sinks)
         for event in outputs:
             if isinstance(event, TrainStep):
                 self.on_step(event)

@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "topics": "cua_stream.cli.topics:app",
     "replay": "cua_stream.cli.replay:replay",
     "tap": "cua_stream.cli.tap:tap",
+    "export-metrics": "cua_stream.cli.export_metrics:export_metrics",
     "demo": "cua_stream.cli.demo:demo",
     "launch": "cua_stream.cli.launch:launch",
     "producer": "cua_stream.cli.producer:producer",

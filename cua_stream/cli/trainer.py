@@ -36,6 +36,12 @@ def trainer(
     engine_url: Annotated[str | None, typer.Option(help="Engine to load new weights on.")] = None,
     gateway_url: Annotated[str | None, typer.Option(help="Gateway to drain around weight updates.")] = None,
     metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus text on this port.")] = None,
+    metrics_sink: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Also write each step's scalars to tensorboard:DIR or wandb:DIR (offline); repeatable."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
@@ -66,6 +72,7 @@ def trainer(
             "engine_url": engine_url,
             "gateway_url": gateway_url,
             "metrics_port": metrics_port,
+            "metrics_sinks": metrics_sink or None,
         },
         bus_overrides={"bootstrap_servers": bootstrap, "topic_prefix": prefix},
     )

@@ -391,6 +391,9 @@ class EvalReport(Event, frozen=True, kw_only=True, tag="eval_report"):
     """The training run's weight version evaluated (``of_run``); None for a model directory or a script."""
     of_run: str = ""
     """The training run whose version was evaluated (empty: none)."""
+    version_published_at: float | None = None
+    """When that version's ``PolicyVersion`` was published: ``created_at`` minus this is the evaluation's
+    lag behind training."""
     environment: str
     samples: int
     """Episodes per task instance (task and layout): the k of pass@k."""

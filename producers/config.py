@@ -9,6 +9,7 @@ from typing import Any, Literal
 import msgspec
 
 from cua_stream.config import BusConfig, ConfigError, Secret, stage_config, state_dir
+from cua_stream.identity import is_eval_run
 
 OWN_ENVIRONMENTS = ("local-desktop", "scripted")
 """The environments cua-stream brings; any other name is one of Harbor's (``docker``, ``daytona``, ...)."""
@@ -22,8 +23,13 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     gateway_api_key: Secret | None = None
     """The gateway's API key (to open and close sessions); the agent only ever gets its session's key."""
     group_id: str = ""
-    """Consumer group on the work topic, shared by every producer of a deployment; empty:
-    ``<topic prefix>.producers``."""
+    """Consumer group on the work topic, shared by every producer of a deployment's lane; empty:
+    ``<topic prefix>.producers`` (the ``train`` lane) or ``<topic prefix>.eval-producers`` (``eval``)."""
+    lane: Literal["train", "eval"] = "train"
+    """Whose work it runs: ``train`` every run's but evaluations', ``eval`` only evaluations' (run ids
+    ``eval-...``). Each lane reads the work topic in its own consumer group and passes over the other's
+    work, so an evaluation beside training runs on its own producers, gateway and engine, and a
+    training producer never plays an evaluation episode with training's weights (nor the reverse)."""
     concurrency: int = 2
     """Episodes run at once (each runs its own desktop: Xvfb, xfce4 and Chromium)."""
     max_starts_per_s: float = 100.0
@@ -103,7 +109,12 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     @property
     def group(self) -> str:
-        return self.group_id or f"{self.bus.topic_prefix}.producers"
+        lane = "producers" if self.lane == "train" else "eval-producers"
+        return self.group_id or f"{self.bus.topic_prefix}.{lane}"
+
+    def takes(self, run_id: str) -> bool:
+        """Whether work of ``run_id`` is this producer's lane's."""
+        return is_eval_run(run_id) == (self.lane == "eval")
 
     @property
     def trials_path(self) -> Path:

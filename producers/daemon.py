@@ -1,6 +1,7 @@
 """The rollout producer daemon: work requests in, one published outcome per run of each, commits after.
 
-- A consumer group on the work topic (every producer of a deployment in one group shares the work).
+- A consumer group on the work topic (every producer of a deployment's lane in one group shares the work;
+  training's and evaluation's lanes read it apart, each passing over the other's work).
   At most ``concurrency`` episodes are in hand; while full, fetching pauses but polling goes on (the
   member keeps its partitions).
 - Each request is admitted (``admission``: too stale → a ``not_run:stale`` outcome, nothing run) or run:
@@ -174,6 +175,10 @@ class Producer:
             for delivery in batch:
                 work = delivery.event
                 if not isinstance(work, WorkRequest):  # the codec admits only work requests here
+                    consumer.processed(delivery)
+                    continue
+                if not self.config.takes(work.run_id):  # the other lane's (its own group runs it)
+                    self.metrics.passed_over.inc()
                     consumer.processed(delivery)
                     continue
                 self.ledger.start((delivery.topic, delivery.partition), delivery.offset)

@@ -36,6 +36,10 @@ class ProducerMetrics:
             "Work refused at admission (no episode run), by reason.",
             ("reason",),
         )
+        self.passed_over = r.counter(
+            "cua_producer_work_passed_over_total",
+            "Work requests of the other lane (training's or evaluation's).",
+        )
         self.tally: Tally[str] = Tally()
         """Finished episodes by ``verdict:reason``, for the progress table."""
         self.total_turns = 0

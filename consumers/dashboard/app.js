@@ -83,7 +83,8 @@ function render(s) {
     el("td", {}, t), el("td", {}, r.scored), el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, r.discarded))));
   $("evals").tBodies[0].replaceChildren(...s.evals.slice().reverse().flatMap((e) => e.tasks.map((t) => el("tr",
     { class: t.task === "overall" ? "overall" : "" },
-    el("td", {}, t.task === "overall" ? e.policy : ""), el("td", {}, t.task),
+    el("td", {}, t.task === "overall" ? e.policy + (e.lag_s === null ? "" : ` (${e.lag_s} s after it)`) : ""),
+    el("td", {}, t.task),
     el("td", {}, t.rate === null ? "-" : `${fixed(t.rate, 2)} (${Math.round(t.rate * t.scored)}/${t.scored})`),
     el("td", {}, `[${fixed(t.low, 2)}, ${fixed(t.high, 2)}]`),
     el("td", {}, Object.entries(t.pass_at).map(([k, v]) => `@${k} ${fixed(v, 2)}`).join(" "))))));

@@ -234,6 +234,11 @@ def eval_row(report: EvalReport) -> dict[str, Any]:
         "run_id": report.run_id,
         "policy": f"{report.of_run} {version}".strip() or report.policy,
         "created_at": report.created_at,
+        "lag_s": (
+            round(report.created_at - report.version_published_at, 1)
+            if report.version_published_at is not None
+            else None
+        ),
         "samples": report.samples,
         "layouts": report.layouts,
         "tasks": [

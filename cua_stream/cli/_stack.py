@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
-from anyio.abc import TaskGroup
+from anyio.abc import TaskGroup, TaskStatus
 from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 out = Console(highlight=False)
 SCORED_WAIT_S = 1800.0
 """How long ``run_episodes`` waits for every episode to be scored."""
+PRODUCER_STOP_S = 15.0
+"""How long a stopping in-process producer gets to finish: its episodes in hand (none, once every one is
+scored) and its last commits."""
 
 
 @dataclass(frozen=True)
@@ -181,26 +184,48 @@ async def rollouts(producer: ProducerConfig) -> AsyncIterator[Rollouts]:
     from consumers.scorer.daemon import Scorer
     from producers.daemon import Producer
 
-    stop = anyio.Event()
+    stop, stopped = anyio.Event(), anyio.Event()
+
+    async def produce(task_status: TaskStatus[None]) -> None:
+        try:
+            await Producer(producer).run(stop=stop, task_status=task_status)
+        finally:
+            stopped.set()
+
     async with anyio.create_task_group() as tg:
         await tg.start(Scorer(ScorerConfig(bus=producer.bus)).run)
-        await tg.start(lambda task_status: Producer(producer).run(stop=stop, task_status=task_status))
+        await tg.start(produce)
         try:
             yield Rollouts(tg, stop)
         finally:
             stop.set()
+            # the producer's last commits, before it is cancelled: an answered request left uncommitted
+            # would be played again by the next producer of the group (the next run of this command)
+            with anyio.CancelScope(shield=True), anyio.move_on_after(PRODUCER_STOP_S):
+                await stopped.wait()
             tg.cancel_scope.cancel()
 
 
-async def run_episodes(producer: ProducerConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
-    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded)."""
+async def run_episodes(
+    producer: ProducerConfig, work: list[WorkRequest], *, resume: bool = False
+) -> dict[str, ScoreEvent]:
+    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded).
+    ``resume``: a request already on the work topic (an earlier, killed start of the same run issued it)
+    is not issued again: the producers' group runs it once, or has already answered it."""
     from cua_stream.bus.producer import EventProducer
+    from cua_stream.bus.reader import scan
     from cua_stream.topics import WORK
 
     async with rollouts(producer):
+        wanted, issued = {w.episode_id for w in work}, set()
+        if resume:
+            issued = {
+                d.event.episode_id async for d in scan(producer.bus, WORK) if d.event.episode_id in wanted
+            }
         async with EventProducer(producer.bus) as publisher:
             for request in work:
-                await publisher.publish(WORK, request)
+                if request.episode_id not in issued:
+                    await publisher.publish(WORK, request)
         return await _scores_of(producer.bus, work)
 
 

@@ -11,6 +11,7 @@ overall, and writes every episode to a JSON file; ``--compare A.json B.json`` te
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -35,11 +36,16 @@ from cua_stream.config import BusConfig, build, state_dir
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
 from cua_stream.evaluation.report import report_of
+from cua_stream.events import EvalReport
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 from cua_stream.topics import EVALS
 
 if TYPE_CHECKING:
-    from cua_stream.events import EvalReport, OutcomeEvent, ScoreEvent
+    from cua_stream.events import OutcomeEvent, PolicyVersion, ScoreEvent
+    from producers.config import ProducerConfig
+
+FOLLOW_POLL_S = 2.0
+"""How often a following evaluation looks for a new version of its run."""
 
 
 @friendly_errors
@@ -80,6 +86,17 @@ def eval_(
     out_file: Annotated[
         Path | None, typer.Option("--out", help="Results JSON (default: <state>/eval/<run>.json).")
     ] = None,
+    follow: Annotated[
+        str,
+        typer.Option(
+            help="A training run: evaluate each of its versions as the trainer publishes it (on this "
+            "command's own engine: training is not stalled), until --until-version; resumable."
+        ),
+    ] = "",
+    every: Annotated[int, typer.Option(help="With --follow: evaluate every N-th version.")] = 1,
+    until_version: Annotated[
+        int, typer.Option(help="With --follow: stop once this version is evaluated (0: follow until Ctrl-C).")
+    ] = 0,
     compare: Annotated[
         tuple[Path, Path] | None,
         typer.Option(help="Compare two results files (A B): B's success minus A's, per task; runs nothing."),
@@ -102,13 +119,20 @@ def eval_(
         _console().print(comparison_table(a, b, success_at))
         return
     plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
-    run = run_id or f"{EVAL_RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
+    if follow and policy:
+        raise typer.BadParameter("a scripted policy has no versions to follow", param_hint="--follow")
+    if every < 1 or until_version < 0:
+        raise typer.BadParameter("--every at least 1, --until-version at least 0", param_hint="--every")
+    # following a run, the default id is the same at every start: a restart resumes the evaluation
+    run = run_id or (
+        f"{EVAL_RUN_PREFIX}{follow}" if follow else f"{EVAL_RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     if not is_eval_run(run):
         raise typer.BadParameter(
             f"an evaluation's run id starts with {EVAL_RUN_PREFIX!r} (no trainer takes such a run)",
             param_hint="--run-id",
         )
-    from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, instance_work, sampling_of
+    from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, sampling_of
     from cua_stream.demo import tiny_model_dir
 
     file_data = load_file(config)
@@ -122,7 +146,7 @@ def eval_(
     )
     step = Steps(5)
     bus = _bus(file_data, bootstrap, step)
-    producer = msgspec.structs.replace(producer, bus=bus)
+    producer = msgspec.structs.replace(producer, bus=bus, lane="eval")  # its own group: beside training
     step("the policy")
     model = model_path or tiny_model_dir()
     out.print(f"    {policy or model}" + (f" (forced replies scored by {model})" if policy else ""))
@@ -136,31 +160,100 @@ def eval_(
         step(f"starting the engine and the gateway (logs in {logs})")
         stack = engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs)
         sampling = sampling_of(temperature, max_new_tokens)
+    ctx = _Evaluation(plan=plan, producer=producer, sampling=sampling, teacher=policy or None,
+                      label=policy or str(model), success_at=success_at,
+                      out=out_file or state_dir() / "eval" / (run if follow else f"{run}.json"))  # fmt: skip
     with stack:
         step(
-            f"evaluating {plan.episodes} episode(s): {len(plan.tasks)} task(s) x {len(plan.seeds)} layout(s) "
-            f"x {plan.samples} sample(s), {concurrency} at once, up to {turns} turns"
+            f"evaluating {plan.episodes} episode(s)"
+            + (f" per version of run {follow} (every {every})" if follow else "")
+            + f": {len(plan.tasks)} task(s) x {len(plan.seeds)} layout(s) x {plan.samples} sample(s), "
+            f"{concurrency} at once, up to {turns} turns"
         )
-        work = instance_work(run, plan.tasks, plan.seeds, samples=plan.samples, sampling=sampling,
-                             now=time.time(), teacher=policy or None)  # fmt: skip
-        scores = anyio.run(run_episodes, producer, work)
-        outcomes = anyio.run(scored_outcomes, bus, scores)
+        if follow:
+            urls = (f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}")
+            anyio.run(_follow, ctx, run, follow, every, until_version, urls)
+        else:
+            anyio.run(_evaluate, ctx, run, None)
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    """What each evaluation of this command runs: its plan, producer and sampling, and where it writes."""
+
+    plan: EvalPlan
+    producer: ProducerConfig
+    sampling: dict[str, Any]
+    teacher: str | None
+    label: str
+    success_at: float
+    out: Path
+    """The results file; following a run, the directory of one file per version."""
+
+
+async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -> None:
+    """One evaluation: its episodes run (the ones a killed earlier start of ``run`` did not issue; none is
+    played twice), the table printed, the results written and published."""
+    from consumers.trainer.feeder import instance_work
+
+    plan, bus = ctx.plan, ctx.producer.bus
+    work = instance_work(run, plan.tasks, plan.seeds, samples=plan.samples, sampling=ctx.sampling,
+                         now=time.time(), teacher=ctx.teacher)  # fmt: skip
+    scores = await run_episodes(ctx.producer, work, resume=True)
+    outcomes = await scored_outcomes(bus, scores)
     results = files.EvalResults(
         run_id=run,
-        policy=policy or str(model),
-        environment=producer.environment,
+        policy=version.weights_path if version else ctx.label,
+        environment=ctx.producer.environment,
         samples=plan.samples,
         seeds=list(plan.seeds),
         tasks=[t.name for t in plan.tasks],
         created_at=time.time(),
         episodes=files.episodes_of(work, scores, outcomes),
     )
-    path = out_file or state_dir() / "eval" / f"{run}.json"
+    path = ctx.out / f"v{version.version}.json" if version else ctx.out
     files.save(path, results)
-    _console().print(results_table(results, success_at))
+    _console().print(results_table(results, ctx.success_at))
     out.print(f"Episodes written to [bold]{path}[/bold]")
-    anyio.run(publish_report, bus, report_of(results, success_at=success_at))
+    await publish_report(bus, report_of(results, success_at=ctx.success_at, version=version))
     out.print(f"Results published to [bold]{bus.topics().name_of(EVALS)}[/bold] (the dashboard's eval panel)")
+
+
+async def _follow(
+    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str]
+) -> None:
+    """Evaluate ``of_run``'s versions as they are published: load each on this command's engine (its own:
+    the run's engines never wait for an evaluation), evaluate it, publish the results; a version this
+    evaluation has results for (an earlier start's) is not evaluated again."""
+    import httpx
+
+    from consumers.trainer.weights import push_weights
+    from cua_stream.bus.reader import scan
+    from cua_stream.evaluation.follow import due, evaluated_versions, version_run
+    from cua_stream.topics import POLICY
+
+    bus = ctx.producer.bus
+    reports = [d.event async for d in scan(bus, EVALS)]
+    done = evaluated_versions([r for r in reports if isinstance(r, EvalReport)], run, of_run)
+    if done:
+        out.print(f"    versions already evaluated by {run}: {', '.join(f'v{v}' for v in sorted(done))}")
+    waiting = False
+    async with httpx.AsyncClient() as http:
+        while not (until and max(done, default=0) >= until):
+            policies = [d.event async for d in scan(bus, POLICY) if d.event.run_id == of_run]
+            version = due(policies, done, every)  # type: ignore[arg-type]
+            if version is None:
+                if not waiting:
+                    out.print(f"    waiting for run {of_run} to publish a version (every {every})")
+                waiting = True
+                await anyio.sleep(FOLLOW_POLL_S)
+                continue
+            waiting = False
+            out.print(f"[bold]v{version.version}[/bold] of {of_run}: {version.weights_path}")
+            await push_weights(http, engine_url=urls[0], gateway_url=urls[1],
+                               weights=Path(version.weights_path), version=version.version)  # fmt: skip
+            await _evaluate(ctx, version_run(run, version.version), version)
+            done.add(version.version)
 
 
 def _plan(

@@ -85,7 +85,7 @@ def digest(files: Mapping[str, bytes], *extra: str) -> str:
 
 
 def desktop_context() -> dict[str, bytes]:
-    from cua_stream.desktop.namespace import CHROMIUM_POLICY
+    from cua_stream.browser import CHROMIUM_POLICY
 
     here = resources.files("cua_stream.containers").joinpath("contexts", "desktop")
     files = {

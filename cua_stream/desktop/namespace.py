@@ -20,7 +20,6 @@ when its process exits. Needs root (``unshare``/``nsenter``), as the desktop doc
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shlex
 import signal
@@ -32,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cua_stream.browser import CHROMIUM_POLICY
 from cua_stream.errors import NamespaceError
 
 __all__ = ["CommandResult", "EpisodeNamespace", "NamespaceError"]
@@ -45,20 +45,6 @@ BASE_ENV = {
 """What a command sees of an environment besides what it is given: not the host's variables (the
 producer's own settings and keys stay out of the episode), and a private home (xfce4 and Chromium write
 their settings and crash reports under it)."""
-
-
-CHROMIUM_POLICY = json.dumps(
-    {
-        "BrowserSignin": 0,
-        "SyncDisabled": True,
-        "PasswordManagerEnabled": False,
-        "TranslateEnabled": False,
-        "AutofillAddressEnabled": False,
-        "AutofillCreditCardEnabled": False,
-        "PromotionalTabsEnabled": False,
-        "DefaultBrowserSettingEnabled": False,
-    }
-)
 
 
 @dataclass(frozen=True)

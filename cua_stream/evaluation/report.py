@@ -5,17 +5,22 @@ from __future__ import annotations
 
 from cua_stream.evaluation.results import EvalResults
 from cua_stream.evaluation.stats import Summary, by_task
-from cua_stream.events import EvalReport, EvalTask
+from cua_stream.events import EvalReport, EvalTask, PolicyVersion
 
 
 def report_of(
-    results: EvalResults, *, success_at: float = 1.0, policy_version: int | None = None, of_run: str = ""
+    results: EvalResults,
+    *,
+    success_at: float = 1.0,
+    version: PolicyVersion | None = None,
 ) -> EvalReport:
+    """The report of ``results``; of a training run's published ``version`` when one was evaluated."""
     return EvalReport(
         run_id=results.run_id,
         policy=results.policy,
-        policy_version=policy_version,
-        of_run=of_run,
+        policy_version=version.version if version else None,
+        of_run=version.run_id if version else "",
+        version_published_at=version.published_at if version else None,
         environment=results.environment,
         samples=results.samples,
         success_at=success_at,

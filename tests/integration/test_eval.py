@@ -14,17 +14,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import anyio
 import pytest
 
+from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.evaluation.plan import EVAL_SEED_BASE
-from cua_stream.events import EvalReport
-from cua_stream.topics import EVALS, TopicSpec
+from cua_stream.events import EvalReport, PolicyVersion
+from cua_stream.topics import EVALS, OUTCOMES, POLICY, WORK, TopicSpec
 from tests.conftest import free_port
 
 TASKS = "click-button,read-value"
@@ -118,3 +120,81 @@ def test_a_directory_that_is_not_a_task_is_one_clear_error(tmp_path: Path) -> No
         "Invalid value for --tasks" in run.stderr
         and "not-a-task is a directory without a task.toml" in run.stderr
     )
+
+
+async def published_versions(bus: BusConfig, *versions: PolicyVersion) -> None:
+    async with EventProducer(bus) as producer:
+        for v in versions:
+            await producer.publish(POLICY, v)
+
+
+async def records_of(bus: BusConfig, spec: TopicSpec, run_prefix: str) -> list:
+    return [d.event async for d in scan(bus, spec) if d.event.run_id.startswith(run_prefix)]
+
+
+@pytest.mark.kafka
+@pytest.mark.model
+@pytest.mark.harbor
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``--follow``: each published version of a training run is loaded on the evaluation's own engine and
+    evaluated; a restart skips the versions done (and a re-run of one evaluation issues no episode again)."""
+    from cua_stream.demo import tiny_model_dir
+
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
+    bus = BusConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)
+    weights = str(tiny_model_dir())  # every version's weights: the tiny model (what is loaded is not judged)
+    v1, v2 = (PolicyVersion(run_id="train-f", version=v, weights_path=weights, step=v, published_at=time.time())
+              for v in (1, 2))  # fmt: skip
+
+    def follow(until: int) -> subprocess.CompletedProcess[str]:
+        return cli(
+            "eval", "--model-path", weights, "--follow", "train-f", "--until-version", str(until),
+            "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment", "scripted", "--turns", "1",
+            "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap, "--engine-port", str(free_port()),
+            "--gateway-port", str(free_port()), env=env,
+        )  # fmt: skip
+
+    first = cli("topics", "create", "--bootstrap", kafka_bootstrap, env=env)
+    assert first.returncode == 0, first.stderr
+    anyio.run(published_versions, bus, v1)
+    run = follow(until=1)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    anyio.run(published_versions, bus, v2)
+    run = follow(until=2)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "versions already evaluated by eval-train-f: v1" in run.stdout, run.stdout
+    again = follow(until=2)  # both done: nothing to evaluate
+    assert again.returncode == 0 and "v1, v2" in again.stdout and "Results published" not in again.stdout
+
+    reports = anyio.run(records_of, bus, EVALS, "eval-train-f")
+    assert sorted((r.run_id, r.policy_version, r.of_run) for r in reports) == [
+        ("eval-train-f-v1", 1, "train-f"), ("eval-train-f-v2", 2, "train-f"),
+    ]  # fmt: skip
+    assert all(r.created_at >= r.version_published_at for r in reports)  # type: ignore[operator]
+    assert sorted(p.name for p in (tmp_path / "follow").iterdir()) == ["v1.json", "v2.json"]
+    work = anyio.run(records_of, bus, WORK, "eval-train-f")
+    outcomes = anyio.run(records_of, bus, OUTCOMES, "eval-train-f")
+    assert len(work) == len({w.episode_id for w in work}) == 2  # one episode per version, issued once
+    assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in work)  # played once
+
+    # an evaluation run again under its id (as after a kill) issues and plays none of its episodes again
+    rerun = cli(
+        "eval", "--model-path", weights, "--run-id", "eval-train-f-v2", "--tasks", "click-button", "-k", "1",
+        "--seeds", "1", "--environment", "scripted", "--turns", "1", "--out", str(tmp_path / "rerun.json"),
+        "--bootstrap", kafka_bootstrap, "--engine-port", str(free_port()), "--gateway-port", str(free_port()),
+        env=env,
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    def ids(records: list) -> list[tuple[str, int]]:
+        return sorted((r.episode_id, getattr(r, "attempt", 0)) for r in records)
+
+    assert ids(anyio.run(records_of, bus, WORK, "eval-train-f")) == ids(work)
+    assert ids(anyio.run(records_of, bus, OUTCOMES, "eval-train-f")) == ids(outcomes)
+    again_results = json.loads((tmp_path / "rerun.json").read_text())["episodes"]
+    first_results = json.loads((tmp_path / "follow" / "v2.json").read_text())["episodes"]
+    assert again_results == first_results  # the same episode, its verdict read back

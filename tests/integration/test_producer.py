@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import anyio.to_thread
+import msgspec
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -280,3 +281,34 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
     orphans = {(t.episode_id, t.attempt) for t in await turns(bus_config)} - finished
     assert orphans, "the kill landed mid-episode, so some attempt has turns and no outcome"
     assert all(episode_id in {o.episode_id for o in got} for episode_id, _ in orphans)
+
+
+async def test_training_and_evaluation_lanes_each_run_only_their_own_work(
+    bus_config: BusConfig, keyed_gateway: str
+) -> None:
+    """Work of a training run and of an evaluation (``eval-``) on one work topic: each lane's producer,
+    in its own consumer group, runs its own lane's and passes over (and commits past) the other's."""
+    training, evaluation = work("lanes", 1, 2), work("eval-lanes", 1, 2)
+    await publish(bus_config, training[0], evaluation[0], training[1], evaluation[1])
+    base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
+                          max_turns=1, concurrency=2, bus=bus_config)  # fmt: skip
+    lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
+    assert lanes["train"].config.group != lanes["eval"].config.group
+    with anyio.fail_after(240):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            for p in lanes.values():
+                await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
+
+            async def all_out() -> bool:
+                return len(await outcomes(bus_config)) >= 4
+
+            await wait_until(all_out, 0.5)
+            stop.set()
+    got = await outcomes(bus_config)
+    assert sorted(o.episode_id for o in got) == sorted(
+        w.episode_id for w in training + evaluation
+    )  # one each
+    for lane, p in lanes.items():
+        assert "cua_producer_work_passed_over_total 2\n" in p.metrics.registry.render(), lane
+        assert await committed(bus_config, p.config.group) == 4  # past its own work and the other lane's

@@ -134,6 +134,7 @@ SAMPLES: dict[str, Event] = {
         policy="/models/run-7/weights-v5",
         policy_version=5,
         of_run="run-7",
+        version_published_at=1700000040.0,
         environment="local-desktop",
         samples=2,
         success_at=1.0,

@@ -126,12 +126,16 @@ def test_the_eval_panel_shows_each_evaluation_per_task_newest_last_in_bounded_me
                            seeds=[7], tasks=["read-value", "click-button"], created_at=at, episodes=episodes)  # fmt: skip
 
     board = Board()
-    board.add(report_of(results("eval-b", [1.0, 0.0, 1.0, 1.0], at=20.0), policy_version=3, of_run="run-1"))
+    v3 = PolicyVersion(
+        run_id="run-1", version=3, weights_path="/m/run-1/weights-v3", step=3, published_at=12.5
+    )
+    board.add(report_of(results("eval-b", [1.0, 0.0, 1.0, 1.0], at=20.0), version=v3))
     board.add(report_of(results("eval-a", [0.0, 0.0, 0.0, 0.0], at=10.0)))
     shown = board.summary()["evals"]
     assert [e["run_id"] for e in shown] == ["eval-a", "eval-b"]  # by creation time, not arrival
     a, b = shown
     assert a["policy"] == "/m/run-1/weights-v3" and b["policy"] == "run-1 v3"
+    assert a["lag_s"] is None and b["lag_s"] == 7.5  # evaluated 7.5 s after v3 was published
     rows = {t["task"]: t for t in b["tasks"]}
     assert list(rows) == ["read-value", "click-button", "overall"]
     assert rows["read-value"]["rate"] == 1.0 and rows["click-button"]["rate"] == 0.5

@@ -1,0 +1,40 @@
+"""Following a training run: which version is evaluated next, and which are done."""
+
+from __future__ import annotations
+
+from cua_stream.evaluation.follow import due, evaluated_versions, version_run
+from cua_stream.events import EvalReport, PolicyVersion
+
+
+def published(*versions: int) -> list[PolicyVersion]:
+    return [
+        PolicyVersion(
+            run_id="run-1", version=v, weights_path=f"/ck/weights-v{v}", step=v, published_at=float(v)
+        )
+        for v in versions
+    ]
+
+
+def test_the_newest_due_version_is_taken_and_older_ones_skipped() -> None:
+    assert due([], set(), 1) is None
+    assert due(published(1), set(), 1).version == 1  # type: ignore[union-attr]
+    assert due(published(1, 2, 3), {1}, 1).version == 3  # type: ignore[union-attr]  # 2 skipped: behind
+    assert due(published(1, 2, 3), {3}, 1) is None
+    assert due(published(1, 2, 3, 4, 5), set(), 2).version == 4  # type: ignore[union-attr]  # every 2nd
+    assert due(published(1, 3, 5), set(), 2) is None
+    assert due(list(reversed(published(4, 6))), {4}, 2).version == 6  # type: ignore[union-attr]  # any order
+
+
+def test_done_versions_are_this_evaluations_reports_of_that_run() -> None:
+    def report(run_id: str, of_run: str, version: int | None) -> EvalReport:
+        return EvalReport(run_id=run_id, policy="m", policy_version=version, of_run=of_run, environment="scripted",
+                          samples=1, success_at=1.0, layouts=1, tasks=(), created_at=0.0)  # fmt: skip
+
+    reports = [
+        report(version_run("eval-a", 2), "run-1", 2),
+        report(version_run("eval-a", 4), "run-1", 4),
+        report(version_run("eval-b", 6), "run-1", 6),  # another evaluation (other tasks, say)
+        report(version_run("eval-a", 8), "run-2", 8),  # another run
+        report("eval-a", "", None),  # a model directory's
+    ]
+    assert evaluated_versions(reports, "eval-a", "run-1") == {2, 4}

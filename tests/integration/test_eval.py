@@ -190,6 +190,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
         env=env,
     )  # fmt: skip
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+
     def ids(records: list) -> list[tuple[str, int]]:
         return sorted((r.episode_id, getattr(r, "attempt", 0)) for r in records)
 

@@ -7,6 +7,8 @@ admin principal with that prefix's ACLs (``acls(prefix)``)."""
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 import stat
 import subprocess
 import sys
@@ -99,6 +101,15 @@ def test_the_broker_is_secured_and_its_secrets_are_private(secured: Secured) -> 
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in private} == {p.name: 0o600 for p in private}
     status = secured.broker.status()
     assert status.running and status.secure and "SASL_SSL" in status.describe()
+    # the controller listener takes only a client certificate signed by the broker's CA (the broker's own)
+    trusting = ssl.create_default_context(cafile=str(home / "tls" / "ca.pem"))
+    with (
+        socket.create_connection(("127.0.0.1", secured.broker.config.controller), timeout=10) as raw,
+        pytest.raises(ssl.SSLError, match="BAD_CERTIFICATE|CERTIFICATE_REQUIRED"),
+        trusting.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        tls.sendall(b"\x00\x00\x00\x04\x00\x12\x00\x00")  # TLS 1.3 reports it at the first read
+        tls.recv(16)
 
 
 async def test_each_role_does_its_own_work(secured: Secured) -> None:

@@ -28,6 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.codec import encode_record
+from cua_stream.bus.connect import client_security
 from cua_stream.bus.consumer import decode_message, partitions_of, start_consumer
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
@@ -69,7 +70,8 @@ def make_turns(n: int) -> list[TurnEvent]:
 async def consume_all(bus: BusConfig, topic: str, n: int, *, decode: bool) -> None:
     consumer = AIOKafkaConsumer(bootstrap_servers=bus.bootstrap_servers, enable_auto_commit=False,
                                 isolation_level="read_committed", max_poll_records=1000,
-                                fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024)  # fmt: skip
+                                fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024,
+                                **client_security(bus))  # fmt: skip
     await start_consumer(consumer, bus)
     try:
         tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
@@ -91,7 +93,9 @@ async def consume_all(bus: BusConfig, topic: str, n: int, *, decode: bool) -> No
 async def run_raw(bus: BusConfig, records: list[tuple[bytes, bytes, list]]) -> float:
     topic = bus.topics().name_of(TURNS)
     t0 = time.perf_counter()
-    producer = AIOKafkaProducer(bootstrap_servers=bus.bootstrap_servers, **PRODUCER_OPTS)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bus.bootstrap_servers, **PRODUCER_OPTS, **client_security(bus)
+    )
     await producer.start()
     futures = [await producer.send(topic, value, key=key, headers=headers) for key, value, headers in records]
     await asyncio.gather(*futures)

@@ -71,6 +71,18 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     connect_timeout_s: float = 30.0
     """How long a client keeps retrying (with backoff) to reach the brokers at start before giving up
     with a one-line error."""
+    security_protocol: str = "PLAINTEXT"
+    """PLAINTEXT (no authentication: a local dev broker) or SASL_SSL (env CUA_SECURITY_PROTOCOL)."""
+    sasl_mechanism: str = "SCRAM-SHA-512"
+    """SCRAM-SHA-512 or SCRAM-SHA-256 (SASL_SSL only)."""
+    sasl_username: str = ""
+    """The principal this process runs as (``User:<name>``; env CUA_SASL_USERNAME)."""
+    sasl_password_file: str = ""
+    """A file holding the password (its first line; env CUA_SASL_PASSWORD_FILE)."""
+    sasl_password: Secret = Secret("")
+    """The password itself: from env CUA_KAFKA_PASSWORD only (never a flag, never a config file)."""
+    ssl_cafile: str = ""
+    """The CA certificate(s) to trust for the brokers' TLS (PEM); empty: the system's trust store."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[^,\s]+:\d+(,[^,\s]+:\d+)*", self.bootstrap_servers):
@@ -83,6 +95,55 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             self.topics()
         except ValueError as e:
             raise ConfigError(f"bus.topic_prefix / partitions: {e}") from None
+        self._check_security()
+
+    def _check_security(self) -> None:
+        """A bad combination of the security fields fails at start, naming the field."""
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"bus.security_protocol: expected one of {', '.join(SECURITY_PROTOCOLS)}, "
+                f"got {self.security_protocol!r}"
+            )
+        if self.security_protocol == "PLAINTEXT":
+            # Credentials set for a PLAINTEXT bus are a mistake (they would never be used), not a default.
+            for name in ("sasl_username", "sasl_password_file", "sasl_password", "ssl_cafile"):
+                if getattr(self, name):
+                    shown = "CUA_KAFKA_PASSWORD" if name == "sasl_password" else f"bus.{name}"
+                    raise ConfigError(
+                        f"bus.security_protocol: PLAINTEXT, yet {shown} is set: it would never be used "
+                        "(set bus.security_protocol = SASL_SSL, or unset it)"
+                    )
+            return
+        if self.sasl_mechanism not in SASL_MECHANISMS:
+            raise ConfigError(
+                f"bus.sasl_mechanism: expected one of {', '.join(SASL_MECHANISMS)}, got {self.sasl_mechanism!r}"
+            )
+        if not self.sasl_username:
+            raise ConfigError("bus.sasl_username: required with security_protocol SASL_SSL")
+        if self.sasl_password and self.sasl_password_file:
+            raise ConfigError("bus.sasl_password_file: set together with CUA_KAFKA_PASSWORD; keep one")
+        if not (self.sasl_password or self.sasl_password_file):
+            raise ConfigError(
+                "bus.sasl_password_file: SASL_SSL needs a password: set bus.sasl_password_file "
+                "or the environment variable CUA_KAFKA_PASSWORD"
+            )
+        if self.sasl_password_file:
+            self.password()  # readable and not empty, now rather than at the first connection
+        if self.ssl_cafile and not Path(self.ssl_cafile).is_file():
+            raise ConfigError(f"bus.ssl_cafile: {self.ssl_cafile!r} is not a file")
+
+    def password(self) -> Secret:
+        """The SASL password: ``sasl_password`` (from CUA_KAFKA_PASSWORD), else the first line of
+        ``sasl_password_file`` (read each time: a rotated file is picked up by the next client)."""
+        if self.sasl_password:
+            return self.sasl_password
+        try:
+            lines = Path(self.sasl_password_file).read_text().splitlines()
+        except OSError as e:
+            raise ConfigError(f"bus.sasl_password_file: {self.sasl_password_file}: {e.strerror}") from None
+        if not lines or not lines[0]:
+            raise ConfigError(f"bus.sasl_password_file: {self.sasl_password_file} is empty")
+        return Secret(lines[0])
 
     def topics(self) -> Topics:
         return Topics(
@@ -90,6 +151,17 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             episode_partitions=self.episode_partitions,
             replication_factor=self.replication_factor,
         )
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+ENV_NAMES: dict[tuple[str, str], tuple[str, ...]] = {("bus", "sasl_password"): ("CUA_KAFKA_PASSWORD",)}
+"""Fields read from other environment variables than ``CUA_[<SECTION>_]<FIELD>``."""
+FILE_REFUSED: dict[tuple[str, str], str] = {
+    ("bus", "sasl_password"): "a password is not read from a config file or a flag: use "
+    "bus.sasl_password_file or the environment variable CUA_KAFKA_PASSWORD",
+}
+"""Fields that only the environment may set, with why."""
 
 
 def require_model_dir(field: str, path: str) -> None:
@@ -161,6 +233,7 @@ def _env_overrides(section: str, cls: type[msgspec.Struct], env: Mapping[str, st
         names = [f"{ENV_PREFIX}{section.upper()}_{field.upper()}"]
         if section == "bus":
             names.insert(0, f"{ENV_PREFIX}{field.upper()}")
+        names = list(ENV_NAMES.get((section, field), names))
         for name in names:
             if name in env:
                 out[field] = env[name]
@@ -202,6 +275,9 @@ def build[T: msgspec.Struct](
 ) -> T:
     """Build config ``cls`` from file section < environment < overrides; errors name ``section.field``."""
     merged: dict[str, Any] = dict((file_data or {}).get(section, {}) or {})
+    for (where, field), why in FILE_REFUSED.items():
+        if where == section and (field in merged or (overrides or {}).get(field) is not None):
+            raise ConfigError(f"{section}.{field}: {why}")
     merged.update(_env_overrides(section, cls, os.environ if env is None else env))
     merged.update({k: v for k, v in (overrides or {}).items() if v is not None})
     return convert(cls, section, merged)

@@ -112,6 +112,11 @@ class BusUnavailable(CuaError):
     retriable = True
 
 
+class BusRefused(CuaError):
+    """Kafka refused this client's credentials or TLS (wrong password, unknown user, untrusted CA):
+    fails at start, never retried (waiting does not fix a password)."""
+
+
 class TopicMissing(CuaError):
     """A topic a daemon needs does not exist (wrong prefix, or ``cua-stream topics create`` not run)."""
 
@@ -220,6 +225,7 @@ POLICY: dict[type[CuaError], Action] = {
     BlobStoreUnavailable: Action.CRASH,
     BrokerError: Action.CRASH,
     BusUnavailable: Action.RETRY,
+    BusRefused: Action.CRASH,
     TopicMissing: Action.CRASH,
     NamespaceError: Action.CRASH,
     ContainerEngineError: Action.CRASH,

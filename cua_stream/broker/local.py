@@ -1,7 +1,8 @@
 """A single-node Apache Kafka broker in KRaft mode (broker + controller in one JVM), run from jars.
 
 Layout under ``home`` (the "known place"): ``server.properties``, ``log4j2.properties``, ``cluster-id``,
-``data/`` (the log directories), ``logs/server.log`` (broker log), ``logs/stdout.log`` and ``broker.pid``.
+``data/`` (the log directories), ``logs/server.log`` (broker log), ``logs/stdout.log`` and ``broker.pid``;
+a secured broker (``secure``) adds ``tls/`` (its CA and certificate) and ``secrets/<role>.password``.
 The jars live in the user cache (``<cache>/kafka/<version>/libs``) so a second start, or a second home,
 reuses them.
 """
@@ -23,6 +24,9 @@ from pathlib import Path
 import msgspec
 
 from cua_stream.broker.jars import DEFAULT_REPOSITORY, ensure_jars
+from cua_stream.broker.tls import BROKER_CN, ensure_tls, tls_files
+from cua_stream.broker.users import MECHANISM, ensure_passwords, password_file, scram_arguments, write_private
+from cua_stream.bus.acl import ADMIN
 from cua_stream.config import cache_dir, state_dir
 from cua_stream.errors import BrokerError
 from cua_stream.procs import pid_alive
@@ -37,7 +41,10 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """State directory (config, data, logs, pid). Empty: <CUA_HOME or user state dir>/broker."""
     host: str = "127.0.0.1"
     port: int = 9092
-    """Client listener (PLAINTEXT)."""
+    """Client listener (PLAINTEXT; SASL_SSL when ``secure``)."""
+    secure: bool = False
+    """SASL_SSL (SCRAM-SHA-512 over TLS) on the client port, one user per role, and the ACL authorizer
+    (env CUA_BROKER_SECURE). A home keeps the mode it was formatted with (``--fresh`` to change it)."""
     controller_port: int = 0
     """KRaft controller listener; 0 means port + 1."""
     kafka_version: str = "4.1.1"
@@ -74,10 +81,12 @@ class BrokerStatus:
     bootstrap_servers: str
     home: Path
     log: Path
+    secure: bool = False
 
     def describe(self) -> str:
         state = f"running (pid {self.pid})" if self.running else "stopped"
-        return f"Kafka broker {state} at {self.bootstrap_servers}; home {self.home}; log {self.log}"
+        how = " (SASL_SSL, SCRAM-SHA-512)" if self.secure else ""
+        return f"Kafka broker {state} at {self.bootstrap_servers}{how}; home {self.home}; log {self.log}"
 
 
 def new_cluster_id() -> str:
@@ -95,6 +104,8 @@ class LocalBroker:
         self.home = config.home_dir
         self.pid_file = self.home / "broker.pid"
         self.log = self.home / "logs" / "server.log"
+        self.formatted_secure = self.home / "secrets" / "formatted"
+        """Written once the storage was formatted with the users (a plain home has none)."""
         self._proc: subprocess.Popen[bytes] | None = None  # held so the child is reaped, not leaked
 
     # -- lifecycle ----------------------------------------------------------------------------------
@@ -114,9 +125,15 @@ class LocalBroker:
         ensure_jars(self.config.kafka_version, libs, self.config.maven_repository)
         if fresh and (self.home / "data").exists():
             shutil.rmtree(self.home / "data")
+            self.formatted_secure.unlink(missing_ok=True)
         self._write_configs()
         if not (self.home / "data" / "meta.properties").exists():
             self._format(libs)
+        elif self.config.secure and not self.formatted_secure.exists():
+            raise BrokerError(
+                f"{self.home} was formatted without --secure, so its storage has no users; "
+                "start it with --fresh to format it again (its topics are lost), or use another --home"
+            )
         log_offset = self.log.stat().st_size if self.log.exists() else 0
         self._spawn(libs)
         self._wait_ready(log_offset)
@@ -143,27 +160,48 @@ class LocalBroker:
     def status(self) -> BrokerStatus:
         pid = self._pid()
         running = pid is not None and pid_alive(pid)
-        return BrokerStatus(running, pid if running else None, self._bootstrap(), self.home, self.log)
+        bootstrap, secure = self._listener()
+        return BrokerStatus(running, pid if running else None, bootstrap, self.home, self.log, secure)
 
-    def _bootstrap(self) -> str:
-        # The address this home's broker was started with (a later `stop` may not repeat --port).
+    def _listener(self) -> tuple[str, bool]:
+        # The address (and mode) this home's broker was started with (a later `stop` may not repeat --port).
         props = self.home / "server.properties"
         if props.exists():
-            m = re.search(r"^advertised\.listeners=PLAINTEXT://(\S+)$", props.read_text(), re.MULTILINE)
+            text = props.read_text()
+            m = re.search(r"^advertised\.listeners=(PLAINTEXT|SASL_SSL)://(\S+)$", text, re.MULTILINE)
             if m:
-                return m.group(1)
-        return self.config.bootstrap_servers
+                return m.group(2), m.group(1) == "SASL_SSL"
+        return self.config.bootstrap_servers, self.config.secure
+
+    def client_bus(self, role: str) -> dict[str, str]:
+        """The bus settings (``BusConfig`` fields) of a client of this secured broker as ``role``."""
+        return {
+            "bootstrap_servers": self.config.bootstrap_servers,
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": MECHANISM,
+            "sasl_username": role,
+            "sasl_password_file": str(password_file(self.home, role)),
+            "ssl_cafile": str(tls_files(self.home).ca),
+        }
 
     # -- steps --------------------------------------------------------------------------------------
 
     def _write_configs(self) -> None:
         c = self.config
         (self.home / "logs").mkdir(parents=True, exist_ok=True)
-        (self.home / "server.properties").write_text(
-            _SERVER_PROPERTIES.format(
-                host=c.host, port=c.port, controller=c.controller, data=self.home / "data"
-            )
-        )
+        common = _COMMON_PROPERTIES.format(host=c.host, controller=c.controller, data=self.home / "data")
+        if c.secure:
+            tls = ensure_tls(self.home, c.host)
+            admin = ensure_passwords(self.home)[ADMIN]
+            listeners = _SECURE_LISTENERS.format(
+                host=c.host, port=c.port, controller=c.controller, admin=ADMIN, admin_password=admin,
+                keystore=tls.keystore, ca=tls.ca, broker_cn=BROKER_CN,
+            )  # fmt: skip
+            # 0600: it holds the admin password (the broker's own inter-broker login)
+            write_private(self.home / "server.properties", common + listeners)
+        else:
+            listeners = _PLAIN_LISTENERS.format(host=c.host, port=c.port, controller=c.controller)
+            (self.home / "server.properties").write_text(common + listeners)
         (self.home / "log4j2.properties").write_text(_LOG4J2.format(log=self.log))
 
     def _java_cmd(self, libs: Path, main: str, *args: str) -> list[str]:
@@ -192,9 +230,13 @@ class LocalBroker:
             # one argument with '=': an id that starts with '-' is not read as an option
             f"--cluster-id={id_file.read_text().strip()}", "-c", str(self.home / "server.properties"),
         )  # fmt: skip
+        if self.config.secure:
+            cmd += scram_arguments(ensure_passwords(self.home))
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if proc.returncode != 0:
             raise BrokerError(f"formatting the KRaft storage failed:\n{proc.stdout}{proc.stderr}")
+        if self.config.secure:
+            self.formatted_secure.write_text("SCRAM users created at format time\n")
 
     def _spawn(self, libs: Path) -> None:
         cmd = self._java_cmd(libs, "kafka.Kafka", str(self.home / "server.properties"))
@@ -285,16 +327,12 @@ def _port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
-_SERVER_PROPERTIES = """\
+_COMMON_PROPERTIES = """\
 # Written by cua-stream: a single-node KRaft broker (broker and controller in one process).
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers={host}:{controller}
-listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}
-advertised.listeners=PLAINTEXT://{host}:{port}
 controller.listener.names=CONTROLLER
-inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 log.dirs={data}
 num.partitions=1
 default.replication.factor=1
@@ -309,6 +347,37 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 message.max.bytes=8388608
 log.retention.check.interval.ms=60000
+"""
+
+_PLAIN_LISTENERS = """\
+listeners=PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller}
+advertised.listeners=PLAINTEXT://{host}:{port}
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+"""
+
+# Secured: clients (and the broker itself, for its transaction markers, as the admin user) use SASL_SSL
+# with SCRAM; the controller listener is TLS with client certificates, where the broker presents its own
+# certificate (Kafka offers no SCRAM on KRaft controller listeners, and a PLAINTEXT one would have to
+# make User:ANONYMOUS a super user for the broker's own registration: any local process could then
+# administer the cluster). Everything not granted by an ACL is refused.
+_SECURE_LISTENERS = """\
+listeners=SASL_SSL://{host}:{port},CONTROLLER://{host}:{controller}
+advertised.listeners=SASL_SSL://{host}:{port}
+inter.broker.listener.name=SASL_SSL
+listener.security.protocol.map=SASL_SSL:SASL_SSL,CONTROLLER:SSL
+sasl.enabled.mechanisms=SCRAM-SHA-512
+sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \\
+  required username="{admin}" password="{admin_password}";
+ssl.keystore.type=PEM
+ssl.keystore.location={keystore}
+ssl.truststore.type=PEM
+ssl.truststore.location={ca}
+listener.name.controller.ssl.client.auth=required
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+super.users=User:{admin};User:CN={broker_cn}
+allow.everyone.if.no.acl.found=false
 """
 
 _LOG4J2 = """\

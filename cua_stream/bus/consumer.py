@@ -16,11 +16,12 @@ from typing import Any, Protocol
 import anyio
 import anyio.lowlevel
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import ConsumerRecord, OffsetAndMetadata
 
 from cua_stream.bus.codec import Delivery, dead_letter, decode_record
-from cua_stream.bus.connect import backoff_s, start_client
+from cua_stream.bus.connect import AUTHORIZATION_ERRORS, backoff_s, client_security, start_client
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
 from cua_stream.errors import Action, CuaError, RecordError, TopicMissing, TransformFailed, action_for
@@ -66,7 +67,10 @@ def handler_action(error: Exception) -> Action:
 def loop_action(error: BaseException) -> Action:
     """What a failure of the consume/produce/commit machinery means: Kafka client and network errors
     are retried with backoff (the broker may come back); cua-stream's errors follow the table; anything
-    else is a bug and crashes the process (it restarts from its committed offsets)."""
+    else is a bug and crashes the process (it restarts from its committed offsets). A refusal by the
+    brokers' ACLs crashes too: retrying cannot grant it, and a daemon retrying it forever looks alive."""
+    if isinstance(error, AUTHORIZATION_ERRORS):
+        return Action.CRASH
     if isinstance(error, (KafkaError, OSError)):
         return Action.RETRY
     return action_for(error)
@@ -95,6 +99,7 @@ def make_kafka_consumer(
         isolation_level="read_committed" if read_committed else "read_uncommitted",
         max_poll_records=max_poll_records,
         request_timeout_ms=config.request_timeout_ms,
+        **client_security(config),
         **kafka_options,
     )
 
@@ -107,9 +112,22 @@ async def start_consumer(consumer: AIOKafkaConsumer, config: BusConfig) -> None:
 
 
 async def partitions_of(consumer: AIOKafkaConsumer, topic: str) -> list[int]:
-    """The partition numbers of ``topic`` (fresh metadata; empty if the topic does not exist)."""
+    """The partition numbers of ``topic`` (fresh metadata; empty if the topic does not exist).
+    TopicAuthorizationFailedError where the brokers' ACLs hide it from this client."""
     cluster = await consumer._client.fetch_all_metadata()  # the public partitions_for_topic uses a cache
-    return sorted(cluster.partitions_for_topic(topic) or ())
+    found = sorted(cluster.partitions_for_topic(topic) or ())
+    if not found and await _unauthorized(consumer, topic):
+        raise TopicAuthorizationFailedError(topic)
+    return found
+
+
+async def _unauthorized(consumer: AIOKafkaConsumer, topic: str) -> bool:
+    """Whether ``topic`` is missing from a full metadata listing because this principal may not describe
+    it (such a topic is left out, as if it did not exist). Asked by name, never creating it."""
+    request = MetadataRequest([topic], allow_auto_topic_creation=False)
+    response = await consumer._client.send(consumer._client.get_random_node(), request)
+    # every version's topic entry starts (error_code, name, ...)
+    return any(t[1] == topic and t[0] == TopicAuthorizationFailedError.errno for t in response.topics)
 
 
 class Located(Protocol):

@@ -10,7 +10,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.structs import RecordMetadata
 
 from cua_stream.bus.codec import OutRecord, encode_record
-from cua_stream.bus.connect import start_client
+from cua_stream.bus.connect import client_security, start_client
 from cua_stream.config import BusConfig
 from cua_stream.events import Event
 from cua_stream.topics import Topics, TopicSpec, partition_of
@@ -53,6 +53,7 @@ class EventProducer:
             max_batch_size=max_batch_size,
             max_request_size=max_request_size,
             transactional_id=transactional_id,
+            **client_security(config),
             **kafka_options,
         )
 

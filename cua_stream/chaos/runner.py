@@ -27,6 +27,7 @@ from aiokafka.errors import KafkaError
 from cua_stream.auth import bearer_headers
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
+from cua_stream.bus.connect import client_security
 from cua_stream.bus.reader import scan
 from cua_stream.chaos import loop
 from cua_stream.chaos.config import ChaosConfig
@@ -293,7 +294,11 @@ class Chaos:
         topic = self.bus.topics().name_of(OUTCOMES)
         value = b"\xc1 not msgpack: chaos poison " + str(fault.at_s).encode()
         while True:
-            raw = AIOKafkaProducer(bootstrap_servers=self.bus.bootstrap_servers, request_timeout_ms=10_000)
+            raw = AIOKafkaProducer(
+                bootstrap_servers=self.bus.bootstrap_servers,
+                request_timeout_ms=10_000,
+                **client_security(self.bus),
+            )
             try:
                 await raw.start()
                 await raw.send_and_wait(topic, value, key=b"chaos-poison")

@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, str] = {
     "desktop": "cua_stream.cli.desktop:app",
     "containers": "cua_stream.cli.containers:app",
     "topics": "cua_stream.cli.topics:app",
+    "acl": "cua_stream.cli.acl:app",
     "replay": "cua_stream.cli.replay:replay",
     "tap": "cua_stream.cli.tap:tap",
     "export-metrics": "cua_stream.cli.export_metrics:export_metrics",

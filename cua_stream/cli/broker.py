@@ -31,10 +31,28 @@ def start(
     port: Port = None,
     config: ConfigFile = None,
     fresh: Annotated[bool, typer.Option(help="Wipe the broker's data first.")] = False,
+    secure: Annotated[
+        bool | None,
+        typer.Option(
+            "--secure",
+            help="SASL_SSL (SCRAM-SHA-512 over TLS) on the client port, the ACL authorizer, and one user "
+            "per role (admin, trainer, producer, gateway, scorer, reader) whose password is written to "
+            "<home>/secrets/<role>.password (0600); the CA clients trust is <home>/tls/ca.pem. Grant the "
+            "roles their ACLs with `cua-stream acl apply --broker-home <home>` once topics exist "
+            "(env CUA_BROKER_SECURE).",
+        ),
+    ] = None,
 ) -> None:
     """Start the broker (download jars on first use) and wait until it accepts requests."""
-    status = _broker(home, port, config).start(fresh=fresh)
+    broker = _broker(home, port, config, secure=secure)
+    status = broker.start(fresh=fresh)
     out.print(status.describe())
+    if status.secure:
+        out.print(
+            "A client runs as a role with these settings (env, or the [bus] section), e.g. the trainer:"
+        )
+        for field, value in broker.client_bus("trainer").items():
+            out.print(f"  CUA_{field.upper()}={value}", soft_wrap=True)  # whole lines, to copy
 
 
 @app.command()

@@ -6,8 +6,8 @@ What each role touches was read off the daemons, not guessed:
 * ``trainer`` follows turns, summaries, scores and the policy topic (no consumer group: its checkpoint
   holds its offsets), scans work, train_steps and dlq again on a restart (``issued_in_log``,
   ``reconcile``), and writes work, policy, train_steps and dlq.
-* ``producer`` consumes work in the producers' group, follows the policy topic (no group), and writes
-  outcomes and dead letters.
+* ``producer`` consumes work in its lane's group (training's or evaluation's), follows the policy topic
+  (no group), and writes outcomes and dead letters.
 * ``gateway`` writes turns and summaries; it reads nothing from Kafka.
 * ``scorer`` consumes outcomes in its group, reads the scores again to rebuild its duplicate filter
   (on every assignment), and writes scores and dead letters in Kafka transactions (its transactional
@@ -15,6 +15,12 @@ What each role touches was read off the daemons, not guessed:
 * ``reader`` (dashboard, tap, replay's source) reads every topic of the prefix; none of them joins a
   group (``Follower`` and range reads assign partitions), so it gets no group, only Describe on the
   prefix's groups (lag, committed offsets).
+* ``evaluator`` (``cua-stream eval``) issues its evaluation's work (``eval-`` runs, which the eval lane's
+  producers take), follows a training run's policy topic (``--follow``), reads its episodes' outcomes and
+  scores (and the work again, to resume), and writes its results to evals. Its episodes are played by
+  producers and scored by the scorer under their own principals; ``eval``'s all-in-one mode (its own
+  producer and scorer in the process, one bus config) needs their grants too: run it as admin, or run
+  an eval-lane producer and the scorer as daemons.
 * ``admin`` is the broker's super user (topic and ACL administration): it needs no ACL.
 
 Read and Write imply Describe in Kafka, which covers the metadata look-ups every client makes (the
@@ -28,6 +34,7 @@ from typing import Literal
 
 from cua_stream.topics import (
     DLQ,
+    EVALS,
     OUTCOMES,
     POLICY,
     SCORES,
@@ -40,7 +47,7 @@ from cua_stream.topics import (
 )
 
 ADMIN = "admin"
-ROLES: tuple[str, ...] = (ADMIN, "trainer", "producer", "gateway", "scorer", "reader")
+ROLES: tuple[str, ...] = (ADMIN, "trainer", "producer", "gateway", "scorer", "reader", "evaluator")
 """Every principal the secured local broker creates (``User:<role>``); ``admin`` is its super user."""
 
 Resource = Literal["topic", "group", "transactional_id"]
@@ -67,11 +74,13 @@ _WRITES: dict[str, tuple[TopicSpec, ...]] = {
     "producer": (OUTCOMES, DLQ),
     "gateway": (TURNS, SUMMARIES),
     "scorer": (SCORES, DLQ),
+    "evaluator": (WORK, EVALS),
 }
 _READS: dict[str, tuple[TopicSpec, ...]] = {
     "trainer": (TURNS, SUMMARIES, SCORES, POLICY, WORK, TRAIN_STEPS, DLQ),
     "producer": (WORK, POLICY),
     "scorer": (OUTCOMES, SCORES),
+    "evaluator": (WORK, POLICY, OUTCOMES, SCORES, EVALS),
 }
 
 
@@ -86,6 +95,7 @@ def acls(prefix: str) -> list[Acl]:
     # The default group names of the producers' and scorer's configs (``ProducerConfig.group``,
     # ``ScorerConfig.group``): a deployment that renames a group grants it itself.
     out.append(Acl("producer", "group", f"{prefix}.producers", "literal", "read"))
+    out.append(Acl("producer", "group", f"{prefix}.eval-producers", "literal", "read"))  # the eval lane
     out.append(Acl("scorer", "group", f"{prefix}.scorer", "literal", "read"))
     out.append(Acl("scorer", "transactional_id", f"{prefix}.scorer", "prefixed", "write"))
     out.append(Acl("reader", "topic", f"{prefix}.", "prefixed", "read"))

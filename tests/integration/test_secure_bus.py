@@ -41,6 +41,7 @@ from cua_stream.events import Event
 from cua_stream.topics import (
     ALL,
     DLQ,
+    EVALS,
     OUTCOMES,
     POLICY,
     SCORES,
@@ -150,10 +151,16 @@ async def test_each_role_does_its_own_work(secured: Secured) -> None:
         # scorer: the real daemon, its transactional id and group (as configured by default)
         await Scorer(ScorerConfig(bus=bus("scorer"))).run(stop_after=1)
 
+        async with EventProducer(bus("evaluator")) as evaluator:  # an evaluation: its work, its results
+            await evaluator.publish(WORK, SAMPLES["work_request"])
+            await evaluator.publish(EVALS, SAMPLES["eval_report"])
+        for spec in (OUTCOMES, SCORES, POLICY, EVALS):
+            assert [d async for d in scan(bus("evaluator"), spec)], spec.name
+
         for spec in (TURNS, SUMMARIES, SCORES):  # the trainer's inputs
             assert len(await read_events(bus("trainer"), spec, 1, timeout_s=30)) == 1
-        for spec in ALL:  # the reader sees everything
-            assert len([d async for d in scan(bus("reader"), spec)]) == 1, spec.name
+        for spec in ALL:  # the reader sees everything (the work twice: the trainer's, the evaluator's)
+            assert len([d async for d in scan(bus("reader"), spec)]) == (2 if spec is WORK else 1), spec.name
 
 
 async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured, tmp_path: Path) -> None:
@@ -266,6 +273,13 @@ async def test_every_forbidden_operation_is_refused(secured: Secured) -> None:
             ("another transactional id", publish("scorer", SCORES, transactional_id=f"{prefix}.trainer-0")),
             ("the producers' group", join("scorer", OUTCOMES, f"{prefix}.producers")),
         ],
+        "evaluator": [
+            ("write scores", publish("evaluator", SCORES)),
+            ("write policy", publish("evaluator", POLICY)),
+            ("write outcomes", publish("evaluator", OUTCOMES)),
+            ("write train_steps", publish("evaluator", TRAIN_STEPS)),
+            ("read turns", read("evaluator", TURNS)),
+        ],
         "trainer": [
             ("write outcomes", publish("trainer", OUTCOMES)),
             ("write scores", publish("trainer", SCORES)),
@@ -309,6 +323,7 @@ def sample(spec: TopicSpec) -> Event:
         SCORES: SAMPLES["score"],
         POLICY: SAMPLES["policy_version"],
         TRAIN_STEPS: SAMPLES["train_step"],
+        EVALS: SAMPLES["eval_report"],
         DLQ: SAMPLES["dead_letter"],
     }[spec]
 

@@ -104,7 +104,8 @@ def test_each_topic_has_the_writers_the_daemons_need_and_no_others() -> None:
             into = writers if acl.operation == "write" else readers
             into.setdefault(acl.name.removeprefix("p."), set()).add(acl.role)
     assert writers == {
-        "work": {"trainer"},
+        "work": {"trainer", "evaluator"},
+        "evals": {"evaluator"},
         "policy": {"trainer"},
         "train_steps": {"trainer"},
         "turns": {"gateway"},
@@ -116,12 +117,13 @@ def test_each_topic_has_the_writers_the_daemons_need_and_no_others() -> None:
     assert readers == {
         "turns": {"trainer"},
         "summaries": {"trainer"},
-        "scores": {"trainer", "scorer"},
-        "policy": {"trainer", "producer"},
-        "work": {"trainer", "producer"},
+        "scores": {"trainer", "scorer", "evaluator"},
+        "policy": {"trainer", "producer", "evaluator"},
+        "work": {"trainer", "producer", "evaluator"},
+        "evals": {"evaluator"},
         "train_steps": {"trainer"},
         "dlq": {"trainer"},
-        "outcomes": {"scorer"},
+        "outcomes": {"scorer", "evaluator"},
     }
     assert all(a.allow and a.name.startswith("p.") for a in table)
     assert {a.role for a in table} == set(ROLES) - {"admin"}  # the admin is a super user: no ACLs

@@ -195,6 +195,9 @@ async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured,
         assert "not-the-password" not in message and "guessed" not in message
 
 
+# A refused client's half-open connection can be collected after the test, and its transport's complaint
+# then surfaces as an unraisable warning (seen once in ~10 runs); the refusals are what is tested here.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_plaintext_and_untrusting_clients_are_refused(secured: Secured, tmp_path: Path) -> None:
     prefix = await secured.new_prefix()
     plain = BusConfig(

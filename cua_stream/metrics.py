@@ -3,8 +3,10 @@ and an optional ``/metrics`` endpoint. Enough for a daemon to be scraped; no cli
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Literal
 
 import anyio
@@ -120,6 +122,21 @@ class LoopLag:
         )
 
 
+RESIDENT_MEMORY = "cua_process_resident_memory_bytes"
+
+
+def resident_memory() -> str:
+    """The process's resident memory as Prometheus text (Linux: ``/proc/self/statm``; elsewhere none)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return ""
+    return (
+        f"# HELP {RESIDENT_MEMORY} Resident memory of the process.\n# TYPE {RESIDENT_MEMORY} gauge\n"
+        f"{RESIDENT_MEMORY} {pages * os.sysconf('SC_PAGE_SIZE')}\n"
+    )
+
+
 async def serve_metrics(
     render: Callable[[], str],
     host: str,
@@ -127,8 +144,8 @@ async def serve_metrics(
     *,
     task_status: TaskStatus[int] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer every HTTP request with ``render()`` as Prometheus text, and the event loop's lag (the
-    daemon's own loop: this runs in it); reports the bound port."""
+    """Answer every HTTP request with ``render()`` as Prometheus text, the event loop's lag (the
+    daemon's own loop: this runs in it) and the process's resident memory; reports the bound port."""
     lag = LoopLag()
 
     async def answer(stream: SocketStream) -> None:
@@ -140,7 +157,7 @@ async def serve_metrics(
                         request += await stream.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError):
                     return
-                body = (render() + lag.render()).encode()
+                body = (render() + lag.render() + resident_memory()).encode()
                 head = (
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"

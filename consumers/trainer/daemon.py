@@ -385,7 +385,9 @@ class Trainer:
         await anyio.to_thread.run_sync(ckpt.save, self.dir, checkpoint, self.backend.optimizer_state())  # b.
         if weights_changed and cfg.engine_url:
             try:
+                pushing = time.monotonic()
                 await self.engine.push(http, self.dir / weights, st.version)  # c.
+                self.metrics.weight_push_s.set(time.monotonic() - pushing)
             except EngineUnreachable as e:  # the engine watch loads them when it is back
                 log.warning("%s; training goes on", e)
         await publish(producer, outputs)  # d.

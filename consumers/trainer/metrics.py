@@ -22,6 +22,10 @@ class TrainerMetrics:
         self.logprob_gap = r.gauge("cua_trainer_logprob_gap", "Mean |trainer - engine| logprob, last step.")
         self.grad_norm = r.gauge("cua_trainer_grad_norm", "Gradient norm before clipping, last step.")
         self.version = r.gauge("cua_trainer_policy_version", "The policy version the trainer published last.")
+        self.weight_push_s = r.gauge(
+            "cua_trainer_weight_push_seconds",
+            "Wall time of the last weight push to the engine (gateway drained, weights loaded, resumed).",
+        )
 
     def stepped(self, *, groups: int, logprob_gap: float, grad_norm: float, version: int) -> None:
         """A step was taken (counted when its commit is written)."""

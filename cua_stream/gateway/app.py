@@ -34,6 +34,7 @@ from cua_stream.gateway.openai_format import Reply, decode_body, error_body
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.service import Gateway
 from cua_stream.gateway.session import SessionSpec
+from cua_stream.metrics import resident_memory
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ def create_app(
         return PlainTextResponse(
             gw.metrics.render(sessions=len(gw.sessions), draining=gw.draining, in_flight=gw.in_flight)
             + (lag.render() if lag is not None else "")
+            + resident_memory()
         )
 
     return app

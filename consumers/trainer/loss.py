@@ -7,9 +7,12 @@ the gateway, so no second forward pass is needed to get it):
     loss_t  = -min(A_e * ratio_t, A_e * clip(ratio_t, 1 - clip_low, 1 + clip_high))
 
 With ``tis_clip`` set (truncated importance sampling), the ratio is taken against the trainer's own
-logprobs under the current weights (detached) and each token's loss is weighted by the capped
-trainer/engine probability ratio ``min(exp(logp_trainer - logp_rollout), tis_clip)``: the correction for
-an engine whose numerics differ from the trainer's.
+logprobs under the weights the step started from (``old_logprobs``: measured once per batch, before its
+first update, and held for every pass: so a later pass's ratio shows how far the updates moved the
+policy, and the clip bounds it) and each token's loss is weighted by the capped trainer/engine
+probability ratio ``min(exp(logp_old - logp_rollout), tis_clip)``: the correction for an engine whose
+numerics differ from the trainer's. Without ``old_logprobs`` (a single pass) they are the current
+logprobs, detached.
 
 With ``kl_coef`` > 0, each token also pays ``kl_coef`` times the k3 estimate of KL(policy || reference)
 (DeepSeekMath's GRPO; the reference is the run's starting weights):
@@ -74,6 +77,7 @@ def policy_loss(
     episodes: torch.Tensor,
     config: LossConfig = LossConfig(),
     reference_logprobs: torch.Tensor | None = None,
+    old_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, LossStats]:
     """The loss over packed tokens. All inputs are 1-D of the same length: the trainer's logprob of each
     token (with grad), the engine's, the token's episode advantage, the loss mask (1 = trained) and the
@@ -85,13 +89,20 @@ def policy_loss(
     m = mask.to(logprobs.dtype)
     rollout = rollout_logprobs.to(logprobs.dtype)
     advantages = advantages.to(logprobs.dtype)
-    old = logprobs.detach() if config.tis_clip is not None else rollout
+    if config.tis_clip is None:
+        old = rollout
+    elif old_logprobs is not None:
+        if old_logprobs.shape != logprobs.shape:
+            raise ValueError("policy_loss: old_logprobs must have the shape of logprobs")
+        old = old_logprobs.to(logprobs.dtype).detach()
+    else:
+        old = logprobs.detach()
     ratio = torch.exp(logprobs - old)
     unclipped = advantages * ratio
     clipped = advantages * torch.clamp(ratio, 1 - config.clip_low, 1 + config.clip_high)
     per_token = -torch.minimum(unclipped, clipped)
     if config.tis_clip is not None:
-        weight = torch.clamp(torch.exp(logprobs.detach() - rollout), max=config.tis_clip)
+        weight = torch.clamp(torch.exp(old - rollout), max=config.tis_clip)
         per_token = per_token * weight
     kl = torch.zeros_like(logprobs)
     if config.kl_coef and reference_logprobs is not None:

@@ -140,14 +140,18 @@ class TorchBackend:
         if self.reference is not None:
             with torch.no_grad():
                 reference = torch.cat([self.token_logprobs(item.sample, self.reference) for item in items])
-        first = last = self._update(items, reference)
+        first, old = self._update(items, reference, None)
+        last = first
         if not carries_signal((item.advantage for item in items), kl_anchor=self.reference is not None):
             return first
-        for _ in range(self.passes - 1):
-            last = self._update(items, reference)
+        for _ in range(self.passes - 1):  # the old logprobs stay the first pass's: the clip bounds the drift
+            last, _ = self._update(items, reference, old)
         return replace(first, loss=replace(first.loss, clip_fraction=last.loss.clip_fraction))
 
-    def _update(self, items: Sequence[TrainItem], reference: torch.Tensor | None) -> StepStats:
+    def _update(
+        self, items: Sequence[TrainItem], reference: torch.Tensor | None, old: torch.Tensor | None
+    ) -> tuple[StepStats, torch.Tensor]:
+        """One update; its statistics and the logprobs it started from (detached)."""
         self.optimizer.zero_grad(set_to_none=True)
         rewarded = carries_signal(item.advantage for item in items)
         signal = rewarded or self.reference is not None  # with a KL its anchor is a signal too
@@ -162,16 +166,17 @@ class TorchBackend:
                 [torch.full((len(item.sample.tokens),), item.episode, dtype=torch.long) for item in items]
             )
             loss, stats = policy_loss(
-                logprobs, rollout, advantages, mask, episodes, self.loss_config, reference
+                logprobs, rollout, advantages, mask, episodes, self.loss_config, reference, old
             )
+        started = logprobs.detach()
         if not signal:
-            return StepStats.of(items, stats)
+            return StepStats.of(items, stats), started
         if not rewarded:
             self._forget_momentum()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         self.optimizer.step()
-        return StepStats.of(items, stats, float(grad_norm))
+        return StepStats.of(items, stats, float(grad_norm)), started
 
     def _forget_momentum(self) -> None:
         """Before a step whose only gradient is the KL anchor's (no group carried a reward signal): AdamW

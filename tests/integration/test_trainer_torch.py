@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from consumers.trainer.loss import LossConfig
 from consumers.trainer.samples import assemble
 from consumers.trainer.torch_backend import TorchBackend, TrainItem
 from cua_stream.blobs import LocalBlobStore
@@ -132,3 +133,18 @@ def test_a_step_without_signal_leaves_the_weights_where_they_are(
     assert all(torch.equal(before[k], after[k]) for k in before)
     backend.step([TrainItem(sample, advantage=1.0, episode=0)])  # and signal moves them again
     assert not all(torch.equal(before[k], backend.model.state_dict()[k]) for k in before)
+
+
+def test_with_tis_a_steps_later_passes_are_bounded_by_the_clip(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``passes`` 3 with ``tis_clip``: the old logprobs are the step's start, held for every pass, so the
+    policy's drift over the passes shows in the ratio and the clip bounds it (they were recomputed on
+    every pass before: the ratio was 1 and the clip fraction 0 however far the passes moved the policy)."""
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    event, _ = one_turn(tiny_model_dir, blobs)
+    (sample,) = assemble([event]).samples
+    backend = TorchBackend(tiny_model_dir, blobs, lr=5e-2, passes=3, loss=LossConfig(tis_clip=2.0))
+    before = trained_logprobs(backend, sample)
+    stats = backend.step([TrainItem(sample, advantage=1.0, episode=0)])
+    moved = (trained_logprobs(backend, sample) - before).abs().max()
+    assert moved > 0.5  # the passes moved the policy far from where the step started ...
+    assert stats.loss.clip_fraction > 0  # ... and the last pass saw it: its ratios were clipped

@@ -106,3 +106,23 @@ def test_the_kl_term_is_k3_to_the_reference_and_pulls_a_token_back_to_it() -> No
         policy_loss(logp, t(-1.0, -2.0), t(0.0, 0.0), t(1, 1), torch.tensor([0, 0]), config)
     with pytest.raises(ValueError, match="kl_coef: 0 \\(off\\) or more"):
         LossConfig(kl_coef=-0.1)
+
+
+def test_with_tis_the_old_logprobs_are_the_steps_start_so_a_later_pass_is_clipped() -> None:
+    """A second pass over the batch: the trainer's logprobs moved +0.5 nat from where the step started.
+    Against the step's start (``old_logprobs``) the ratio is e^0.5 = 1.65, past 1 + clip_high, so the
+    clip bounds the pass; the importance weight is the start's ratio to the engine (e^0.1 here)."""
+    config = LossConfig(tis_clip=2.0)
+    start, rollout = t(-1.0, -2.0), t(-1.1, -2.1)
+    moved = (start + 0.5).requires_grad_()
+    loss, stats = policy_loss(moved, rollout, t(1.0, 1.0), t(1, 1), torch.tensor([0, 0]), config,
+                              old_logprobs=start)  # fmt: skip
+    assert stats.clip_fraction == 1.0
+    assert loss.item() == pytest.approx(-(1 + config.clip_high) * math.exp(0.1))
+    loss.backward()
+    assert moved.grad.tolist() == [0.0, 0.0]  # clipped: no further push in the advantage's direction
+
+    _, one_pass = policy_loss(moved.detach(), rollout, t(1.0, 1.0), t(1, 1), torch.tensor([0, 0]), config)
+    assert one_pass.clip_fraction == 0.0  # without them (one pass) the ratio is 1 by construction
+    with pytest.raises(ValueError, match="old_logprobs"):
+        policy_loss(moved, rollout, t(1.0, 1.0), t(1, 1), torch.tensor([0, 0]), config, old_logprobs=t(0.0))

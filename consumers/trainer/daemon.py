@@ -34,10 +34,12 @@ from consumers.trainer.commit import checkpoint_of, issued_in_log, publish, reco
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.feeder import work_for_group
 from consumers.trainer.grpo import (
+    DropReason,
     EpisodeResult,
     GroupDecision,
     ReadyGroup,
     decide,
+    drop,
     next_batch,
 )
 from consumers.trainer.join import GroupState, Join
@@ -45,7 +47,7 @@ from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.sinks import TrainerSinks
-from consumers.trainer.state import Queued, TrainerState
+from consumers.trainer.state import Queued, TrainerState, stale_in_queue
 from consumers.trainer.step_record import describe_step, train_step
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import ENGINE_CHECK_S, EngineWeights
@@ -214,10 +216,16 @@ class Trainer:
                 await set_barriers(inputs, join, completed)
                 positions = await inputs.positions()
                 await self._decide(join, positions)
-                while take := next_batch(
-                    [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in st.queue],
-                    cfg.episodes_per_step,
-                ):
+                while True:
+                    st.queue, stale = stale_in_queue(st.queue, st.version, cfg.policy.max_staleness)
+                    for queued, detail in stale:
+                        self._drop(join, queued.group, drop(DropReason.STALE, detail))
+                    take = next_batch(
+                        [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in st.queue],
+                        cfg.episodes_per_step,
+                    )
+                    if not take:
+                        break
                     batch, st.queue = st.queue[:take], st.queue[take:]
                     await self._step(batch, join, positions, producer, http)
                     if cfg.max_steps and st.step >= cfg.max_steps:

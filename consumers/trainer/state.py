@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 
 from consumers.trainer.grpo import GroupDecision
 from consumers.trainer.join import GroupState
-from consumers.trainer.samples import Sample
+from consumers.trainer.samples import NO_VERSION, Sample
 from cua_stream.events import DeadLetter, GroupDropped
+from cua_stream.versions import too_stale
 
 
 @dataclass
@@ -18,6 +19,34 @@ class Queued:
     group: GroupState
     decision: GroupDecision
     samples: dict[str, tuple[Sample, ...]]
+
+    @property
+    def oldest_version(self) -> int | None:
+        """The oldest weight version among the tokens it would train (None: no trained token has one)."""
+        versions = [
+            sample.oldest_version
+            for episode_id in self.decision.advantages
+            for sample in self.samples.get(episode_id, ())
+            if sample.oldest_version != NO_VERSION
+        ]
+        return min(versions, default=None)
+
+
+def stale_in_queue(
+    queue: list[Queued], version: int, bound: int | None
+) -> tuple[list[Queued], list[tuple[Queued, str]]]:
+    """The queue split into the groups still within the off-policy bound at ``version`` and the ones
+    past it, each with why. A group is decided (the bound checked) when its last score arrives, but it
+    may wait in the queue across a step for its own: by then the weights moved on one more version."""
+    keep: list[Queued] = []
+    stale: list[tuple[Queued, str]] = []
+    for queued in queue:
+        oldest = queued.oldest_version
+        if oldest is not None and too_stale(version, oldest, bound):
+            stale.append((queued, f"queued across a step: oldest token v{oldest} < v{version} - {bound}"))
+        else:
+            keep.append(queued)
+    return keep, stale
 
 
 @dataclass

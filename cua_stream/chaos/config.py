@@ -52,6 +52,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """How often each daemon's memory and event-loop lag and the consumer groups' lag are sampled."""
     quiesce_timeout_s: float = 300.0
     """After the last step: how long every request may take to get its outcome and score."""
+    secure: bool = False
+    """The broker on SASL_SSL (SCRAM-SHA-512) with the topic registry's ACLs, and every daemon under its
+    own role's principal (gateway, producer, scorer, trainer): the run then also shows that least
+    privilege is enough for the loop to survive its faults."""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.turns < 1:

@@ -7,10 +7,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
 import httpx
+
+from cua_stream.config import child_env
 
 READY_TIMEOUT_S = 240.0
 DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
@@ -19,8 +22,13 @@ DIE_WITH_PARENT = ["setpriv", "--pdeathsig", "KILL", "--"]
 
 
 class Daemon:
-    def __init__(self, name: str, args: list[str], ready_url: str, log: Path, metrics_url: str = "") -> None:
+    def __init__(
+        self, name: str, args: list[str], ready_url: str, log: Path, metrics_url: str = "",
+        env: Mapping[str, str] | None = None,
+    ) -> None:  # fmt: skip
         self.name, self.args, self.ready_url, self.log = name, args, ready_url, log
+        self.env = dict(env or {})
+        """Set on top of this process's environment (a secured run: the daemon's principal)."""
         self.metrics_url = metrics_url or (ready_url if ready_url.endswith("/metrics") else "")
         """Its Prometheus page (with its event loop's lag), if it has one."""
         self.proc: subprocess.Popen[bytes] | None = None
@@ -41,6 +49,7 @@ class Daemon:
                 [*DIE_WITH_PARENT, sys.executable, "-m", "cua_stream", *self.args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env=child_env(**self.env),
             )
         self.starts += 1
 

@@ -4,6 +4,7 @@ its daemons with their ports."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,13 +24,17 @@ class Keys:
     engine_admin: str = field(default_factory=lambda: secrets.token_urlsafe(18))
 
 
+DAEMON_ROLES = ("gateway", "producer", "scorer", "trainer")
+"""The roles (``cua_stream.bus.acl``) a secured run's daemons take; the engine never reaches the bus."""
+
+
 def settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusConfig, keys: Keys) -> dict:
     engine_url = f"http://127.0.0.1:{cfg.base_port + 10}"
     gateway_url = f"http://127.0.0.1:{cfg.base_port + 11}"
     blobs = str(home / "blobs")
     fast = cfg.mode == "fast"
     return {
-        "bus": {"bootstrap_servers": bus.bootstrap_servers, "topic_prefix": bus.topic_prefix},
+        "bus": shared_bus(bus),
         "gateway": {"model_path": str(model), "engine_url": engine_url, "port": cfg.base_port + 11,
                     "blob_dir": blobs, "api_key": keys.gateway, "admin_api_key": keys.gateway_admin,
                     "engine_api_key": keys.engine},
@@ -69,8 +74,32 @@ def settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusCon
     }  # fmt: skip
 
 
-def daemons(cfg: ChaosConfig, home: Path, model: Path, config_file: Path) -> dict[str, Daemon]:
+def shared_bus(bus: BusConfig) -> dict[str, str]:
+    """The [bus] section every daemon reads: the broker, the prefix and, secured, how to reach it; never a
+    principal or its password (each daemon's own, from its environment: ``principal_env``)."""
+    section = {"bootstrap_servers": bus.bootstrap_servers, "topic_prefix": bus.topic_prefix}
+    if bus.security_protocol != "PLAINTEXT":
+        section |= {"security_protocol": bus.security_protocol, "sasl_mechanism": bus.sasl_mechanism,
+                    "ssl_cafile": bus.ssl_cafile}  # fmt: skip
+    return section
+
+
+def principal_env(client_bus: Mapping[str, str]) -> dict[str, str]:
+    """A daemon's principal as the environment variables its [bus] section reads them from."""
+    return {
+        "CUA_SASL_USERNAME": client_bus["sasl_username"],
+        "CUA_SASL_PASSWORD_FILE": client_bus["sasl_password_file"],
+    }
+
+
+def daemons(
+    cfg: ChaosConfig, home: Path, model: Path, config_file: Path,
+    principals: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Daemon]:  # fmt: skip
+    """The loop's daemons; ``principals``: a secured run's environment per role (gateway, producer,
+    scorer, trainer), so each runs as its own principal."""
     c, logs, port = ["--config", str(config_file)], home / "logs", cfg.base_port
+    env = principals or {}
 
     def metrics(p: int) -> str:
         return f"http://127.0.0.1:{p}/metrics"
@@ -79,9 +108,10 @@ def daemons(cfg: ChaosConfig, home: Path, model: Path, config_file: Path) -> dic
         "engine": Daemon("engine", ["engine", str(model), *c], f"http://127.0.0.1:{port + 10}/health",
                          logs / "engine.log"),
         "gateway": Daemon("gateway", ["gateway", *c], f"http://127.0.0.1:{port + 11}/health",
-                          logs / "gateway.log", metrics_url=f"http://127.0.0.1:{port + 11}/metrics"),
+                          logs / "gateway.log", metrics_url=f"http://127.0.0.1:{port + 11}/metrics",
+                          env=env.get("gateway")),
         "scorer": Daemon("scorer", ["scorer", *c, "--metrics-port", str(port + 12)], metrics(port + 12),
-                         logs / "scorer.log"),
+                         logs / "scorer.log", env=env.get("scorer")),
     }  # fmt: skip
     for i in range(cfg.producers):
         p = port + 20 + i
@@ -90,9 +120,14 @@ def daemons(cfg: ChaosConfig, home: Path, model: Path, config_file: Path) -> dic
             ["producer", *c, "--metrics-port", str(p)],
             metrics(p),
             logs / f"producer-{i}.log",
+            env=env.get("producer"),
         )
     daemons["trainer"] = Daemon(
-        "trainer", ["trainer", *c, "--metrics-port", str(port + 13)], metrics(port + 13), logs / "trainer.log"
+        "trainer",
+        ["trainer", *c, "--metrics-port", str(port + 13)],
+        metrics(port + 13),
+        logs / "trainer.log",
+        env=env.get("trainer"),
     )
     return daemons
 

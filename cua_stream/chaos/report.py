@@ -39,6 +39,8 @@ class ChaosReport:
     drops: dict[str, int] = field(default_factory=dict)
     """Groups dropped by the trainer, by reason."""
 
+    principals: dict[str, str] = field(default_factory=dict)
+    """A secured run: the principal each daemon connected as (empty: the broker had no authentication)."""
     soak: bool = False
     """A timed run: its memory must also stay bounded (in a run of kills, restarts reset it anyway)."""
 
@@ -68,6 +70,7 @@ class ChaosReport:
             ],
             "crashes": self.crashes,
             "starts": self.starts,
+            "principals": self.principals,
             "discards": self.discards,
             "drops": self.drops,
             "memory": [

@@ -26,6 +26,7 @@ from aiokafka.errors import KafkaError
 
 from cua_stream.auth import bearer_headers
 from cua_stream.broker import BrokerConfig, LocalBroker
+from cua_stream.bus.acl import ADMIN, acls
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.connect import client_security
 from cua_stream.bus.reader import scan
@@ -37,7 +38,7 @@ from cua_stream.chaos.invariants import check_all
 from cua_stream.chaos.report import Applied, ChaosReport
 from cua_stream.chaos.sampling import Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
-from cua_stream.config import BusConfig, ConfigError
+from cua_stream.config import BusConfig, ConfigError, convert
 from cua_stream.errors import DaemonDidNotStart
 from cua_stream.events import Discard
 from cua_stream.topics import OUTCOMES, SCORES, WORK
@@ -91,12 +92,17 @@ class Chaos:
                 f"chaos.home: {home} is not empty (an earlier run's?); remove it or choose another"
             )
         home.mkdir(parents=True, exist_ok=True)
-        broker = LocalBroker(BrokerConfig(home=str(home / "broker"), port=cfg.base_port))
-        self.emit(f"run {self.run_id}: broker, topics, tiny model (under {home})")
+        broker = LocalBroker(BrokerConfig(home=str(home / "broker"), port=cfg.base_port, secure=cfg.secure))
+        secured = " (SASL_SSL, a principal per daemon)" if cfg.secure else ""
+        self.emit(f"run {self.run_id}: broker{secured}, topics, tiny model (under {home})")
         self.broker = _Broker(broker)
         self.bus = BusConfig(bootstrap_servers=broker.config.bootstrap_servers, topic_prefix=self.run_id)
         try:
             await anyio.to_thread.run_sync(lambda: broker.start(fresh=True))
+            if cfg.secure:  # the run itself (topics, ACLs, sampling, the checks) is the admin
+                self.bus = convert(
+                    BusConfig, "bus", {**broker.client_bus(ADMIN), "topic_prefix": self.run_id}
+                )
             await self._start_loop()
             await self._faults_until_trained()
             wall = self.now()
@@ -121,6 +127,7 @@ class Chaos:
             episodes=len({w.episode_id for w in log.work}),
             points=self.sampler.points if self.sampler else [],
             soak=cfg.duration_s > 0,
+            principals={n: d.env["CUA_SASL_USERNAME"] for n, d in self.daemons.items() if d.env},
             discards=dict(Counter(s.verdict.reason for s in log.scores if isinstance(s.verdict, Discard))),
             drops=dict(Counter(d.reason for d in log.drops)),
         )
@@ -130,12 +137,19 @@ class Chaos:
 
         async with TopicAdmin(self.bus) as admin:
             await admin.create()
+            if self.cfg.secure:
+                await admin.create_acls(acls(self.run_id))
         model = await anyio.to_thread.run_sync(tiny_model_dir)
         config_file = self.home / "chaos.yaml"
         settings = loop.settings(self.cfg, self.run_id, self.home, model, self.bus, self.keys)
         config_file.touch(mode=0o600)  # it holds the run's keys: readable by this user only
         config_file.write_text(yaml.safe_dump(settings))
-        self.daemons = loop.daemons(self.cfg, self.home, model, config_file)
+        broker = self.broker.broker
+        principals = (
+            {role: loop.principal_env(broker.client_bus(role)) for role in loop.DAEMON_ROLES}
+            if self.cfg.secure else None
+        )  # fmt: skip
+        self.daemons = loop.daemons(self.cfg, self.home, model, config_file, principals)
         for d in self.daemons.values():
             d.start()
         for d in self.daemons.values():

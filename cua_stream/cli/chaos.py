@@ -42,6 +42,12 @@ def chaos(
     sample_every: Annotated[float | None, typer.Option(help="Seconds between resource samples.")] = None,
     base_port: Annotated[int | None, typer.Option(help="First of the run's ports (default 29500).")] = None,
     home: Annotated[str | None, typer.Option(help="Run directory (broker data, logs, report).")] = None,
+    secure: Annotated[
+        bool | None,
+        typer.Option(
+            "--secure/--no-secure", help="SASL_SSL broker with ACLs, each daemon its own principal."
+        ),
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Run broker, engine, gateway, scorer, producers and trainer as separate processes while a seeded
@@ -74,6 +80,7 @@ def chaos(
             "sample_every_s": sample_every,
             "base_port": base_port,
             "home": home,
+            "secure": secure,
         },
     )
     if cfg.mode == "real":
@@ -115,6 +122,10 @@ def chaos(
     for what, counts in (("episodes discarded", report.discards), ("groups dropped", report.drops)):
         shown = ", ".join(f"{reason} x{n}" for reason, n in sorted(counts.items())) or "none"
         out.print(f"{what}: {shown}")
+    if report.principals:
+        out.print(
+            "principals (SASL_SSL): " + ", ".join(f"{n} as {p}" for n, p in sorted(report.principals.items()))
+        )
     out.print(f"logs, checkpoints and broker data: {report.home}")
     (report.home / "report.json").write_text(json.dumps(report.to_json(), indent=1))
     if not report.ok:

@@ -17,7 +17,7 @@ import pytest
 
 from cua_stream.chaos.schedule import POISON_TARGET, kind, plan, tally
 
-SEED, FAULTS, EVERY_S, STEPS = 79, 12, 2.5, 8
+SEED, FAULTS, EVERY_S, STEPS, SECURE_STEPS = 79, 12, 2.5, 8, 4
 """Seed 79's first 12 faults SIGKILL producers, the scorer, the trainer, the gateway and the engine, pause
 the trainer, SIGKILL the broker and restart it, and poison the outcome topic, all in ~31 s."""
 
@@ -47,25 +47,8 @@ def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail
         assert wanted.get((daemon, "kill")), f"the seed no longer kills the {daemon}"
     assert wanted[("broker", "broker_restart")] and wanted[(POISON_TARGET, "poison")]
     assert any(f.hard for f in plan(SEED, FAULTS, every_s=EVERY_S, producers=2) if f.target == "broker")
-    home = tmp_path / "chaos"
-    args = [
-        "chaos",
-        "--seed",
-        str(SEED),
-        "--faults",
-        str(FAULTS),
-        "--every",
-        str(EVERY_S),
-        "--steps",
-        str(STEPS),
-    ]
-    args += ["--base-port", str(free_base()), "--home", str(home)]
-    done = subprocess.run(
-        [sys.executable, "-m", "cua_stream", *args],
-        capture_output=True, text=True, timeout=1200, env=os.environ.copy(),
-    )  # fmt: skip
+    done, report = run_chaos(tmp_path / "chaos", STEPS)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    report = json.loads((home / "report.json").read_text())
     assert report["ok"] and report["steps"] == STEPS
     applied = {(kind(f["target"]), f["action"]) for f in report["faults"]}
     assert len(report["faults"]) == FAULTS and report["skipped"] == 0, report["faults"]
@@ -83,3 +66,50 @@ def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail
     # every kill restarted its daemon: more starts than daemons
     assert report["starts"]["trainer"] >= 2 and report["starts"]["engine"] >= 2
     assert "lost 0, duplicated 0" in done.stdout.replace("\n", " ")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # about 70 s here
+def test_the_loop_survives_its_faults_on_a_secured_broker_each_daemon_its_own_principal(
+    tmp_path: Path,
+) -> None:
+    """Least privilege is enough: the same faults (broker restarts included) on a SASL_SSL broker with the
+    topic registry's ACLs, every daemon connected as its role, and still 0 lost, 0 duplicated."""
+    home = tmp_path / "chaos"
+    done, report = run_chaos(home, SECURE_STEPS, "--secure")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
+    assert report["ok"] and report["steps"] == SECURE_STEPS
+    assert len(report["faults"]) == FAULTS and report["skipped"] == 0, report["faults"]
+    assert {(kind(f["target"]), f["action"]) for f in report["faults"]} >= {("broker", "broker_restart")}
+    assert sum(c["lost"] + c["duplicated"] for c in report["checks"]) == 0
+    assert report["principals"] == {
+        "gateway": "gateway", "scorer": "scorer", "trainer": "trainer",
+        "producer-0": "producer", "producer-1": "producer",
+    }  # fmt: skip
+    # the daemons' shared config names no principal and holds no password: each has its own, from its
+    # environment (the password as a file only its user reads)
+    shared = (home / "chaos.yaml").read_text()
+    assert "sasl_username" not in shared and "password" not in shared and "SASL_SSL" in shared
+    assert "principals (SASL_SSL): gateway as gateway" in done.stdout.replace("\n", " ")
+
+
+def run_chaos(home: Path, steps: int, *extra: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """``cua-stream chaos`` with the pinned schedule; its process and its report."""
+    args = [
+        "chaos",
+        "--seed",
+        str(SEED),
+        "--faults",
+        str(FAULTS),
+        "--every",
+        str(EVERY_S),
+        "--steps",
+        str(steps),
+    ]
+    args += ["--base-port", str(free_base()), "--home", str(home), *extra]
+    done = subprocess.run(
+        [sys.executable, "-m", "cua_stream", *args],
+        capture_output=True, text=True, timeout=1200, env=os.environ.copy(),
+    )  # fmt: skip
+    report_file = home / "report.json"
+    return done, json.loads(report_file.read_text()) if report_file.exists() else {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -120,6 +121,7 @@ def _wandb_run(root: Path, run_id: str) -> Any:
     import wandb
 
     root.mkdir(parents=True, exist_ok=True)
+    _after_last_session(root, run_id)
     settings = wandb.Settings(
         mode="offline",
         console="off",  # the trainer's own logs stay where they are
@@ -180,3 +182,12 @@ class MetricsSink:
 
     def close(self) -> None:
         self.writer.close()
+
+
+def _after_last_session(root: Path, run_id: str) -> None:
+    """W&B names an offline run's directory by the second it starts (``offline-run-<%Y%m%d_%H%M%S>-<id>``):
+    a writer started within the second an earlier one of the same run started (a trainer restarted at
+    once, an export right after) would share its directory and overwrite its file, losing its steps.
+    Wait into the next second when that name is taken."""
+    while (root / "wandb" / f"offline-run-{time.strftime('%Y%m%d_%H%M%S')}-{run_id}").exists():
+        time.sleep(1.0 - time.time() % 1.0 + 0.01)

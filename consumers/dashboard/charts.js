@@ -33,6 +33,12 @@ const ySize = (self, values) => 30 + 7 * Math.max(3, ...(values || []).map((v) =
 
 const utc = (seconds) => new Date(seconds * 1000).toISOString().slice(11, 19);
 
+// A time tick in UTC, 24-hour, as fine as the ticks are apart: seconds, minutes, or the date.
+function clock(seconds, incr) {
+  const iso = new Date(seconds * 1000).toISOString();
+  return incr >= 86400 ? iso.slice(0, 10) : incr >= 60 ? iso.slice(11, 16) : iso.slice(11, 19);
+}
+
 // Every chart on the page by its container's id: kept for the resize observer (and for inspection).
 const charts = (window.cuaCharts = {});
 
@@ -62,7 +68,7 @@ function drawChart(id, spec) {
   box.replaceChildren();
   const bars = spec.bars ? uPlot.paths.bars({ size: [0.6, 40] }) : undefined;
   const xAxis = time
-    ? { label: "time (UTC)" }
+    ? { label: "time (UTC)", values: (self, splits, axis, space, incr) => splits.map((v) => clock(v, incr)) }
     : { label: "step", incrs: STEP_INCRS, values: (self, splits) => splits.map(String) };
   u = new uPlot({
     width: Math.max(200, Math.floor(box.clientWidth)),

@@ -69,6 +69,14 @@ class Gauge(Metric):
     def set(self, value: float, **labels: str) -> None:
         self._values[self._key(labels)] = value
 
+    def replace(self, samples: dict[LabelValues, float]) -> None:
+        """All of the family's samples at once (label values in ``labels`` order): a combination left
+        out leaves the page (a partition no longer read)."""
+        for key in samples:
+            if len(key) != len(self.labels):
+                raise ValueError(f"{self.name}: expected labels {self.labels}, got {key}")
+        self._values = dict(samples)
+
 
 class Registry:
     """The metrics of one process, rendered in registration order."""

@@ -156,6 +156,7 @@ class Producer:
                         self.metrics_port = await services.start(
                             serve_metrics, self.metrics.registry.render, cfg.metrics_host, cfg.metrics_port
                         )
+                        services.start_soon(self.metrics.consumer_lag.watch, lambda: consumer.kafka)
                     task_status.started()
                     async with anyio.create_task_group() as episodes:
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 
+from cua_stream.bus.lag import ConsumerLag
 from cua_stream.events import Discard, OutcomeEvent
 from cua_stream.metrics import Registry
 from cua_stream.scoring import classify
@@ -13,6 +14,8 @@ class ProducerMetrics:
     def __init__(self, registry: Registry | None = None) -> None:
         self.registry = r = registry or Registry()
         self.running = r.gauge("cua_producer_episodes_running", "Episodes being run now.")
+        self.consumer_lag = ConsumerLag(r)
+        """Work records not yet taken, per work partition it is assigned (sampled while served)."""
         self.finished = r.counter(
             "cua_producer_episodes_finished_total",
             "Episodes whose outcome is published, by the scorer's verdict (reward or discard) and reason.",

@@ -1,14 +1,13 @@
 // The dashboard page: renders /api/stream's summaries and /api/episodes/ID. Every string that comes from a
 // record is put on the page as text (DOM nodes, never HTML strings): a record is written by whoever can
-// reach the broker, and the page runs under a Content-Security-Policy that allows only this script.
+// reach the broker, and the page runs under a Content-Security-Policy that allows only its own scripts
+// (this one, charts.js and the vendored uPlot).
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const SVG = "http://www.w3.org/2000/svg";
 const HEX64 = /^[0-9a-f]{64}$/;
 
 // Numbers arrive as JSON numbers, or as the strings "NaN", "Infinity", "-Infinity" (JSON has none).
-const finite = (v) => typeof v === "number" && Number.isFinite(v);
 const fixed = (v, digits) => (typeof v === "number" ? v.toFixed(digits) : String(v));
 const expo = (v, digits) => (typeof v === "number" ? v.toExponential(digits) : String(v));
 
@@ -21,28 +20,6 @@ function el(tag, props, ...children) {
   }
   for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return node;
-}
-
-function svg(tag, attrs) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
-  return node;
-}
-
-function line(chart, raw) {
-  const values = raw.filter(finite); // a NaN or infinite point stays out of the chart; the table shows it
-  chart.replaceChildren();
-  if (!values.length) return;
-  const w = +chart.getAttribute("width"), h = +chart.getAttribute("height");
-  const lo = Math.min(...values), hi = Math.max(...values), span = hi - lo || 1;
-  const x = (i) => 4 + (values.length === 1 ? 0 : (i * (w - 8)) / (values.length - 1));
-  const y = (v) => h - 14 - ((v - lo) / span) * (h - 24);
-  const points = values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
-  chart.append(svg("polyline", { fill: "none", stroke: "#4f7cff", "stroke-width": 2, points }));
-  values.forEach((v, i) => chart.append(svg("circle", { cx: x(i), cy: y(v), r: 2.5, fill: "#4f7cff" })));
-  const label = svg("text", { x: 4, y: h - 2, "font-size": 10, fill: "#6b7385" });
-  label.textContent = `min ${lo.toPrecision(3)} · max ${hi.toPrecision(3)}`;
-  chart.append(label);
 }
 
 function bars(table, counts, bad) {
@@ -63,9 +40,7 @@ function render(s) {
   const src = s.source || {};
   $("source").textContent = `topics ${src.prefix}.* · ${src.mode}${src.complete ? " (complete)" : ""} · ` +
     `${s.records} records · policy v${s.latest_version}`;
-  line($("reward-chart"), s.steps.map((r) => r.mean_reward));
-  line($("gap-chart"), s.steps.map((r) => r.logprob_gap));
-  line($("grad-chart"), s.steps.map((r) => r.grad_norm));
+  drawCharts(s);
   $("steps-table").tBodies[0].replaceChildren(...s.steps.slice(-12).reverse().map((r) => el("tr", {},
     el("td", {}, r.step), el("td", {}, `v${r.policy_version}`), el("td", {}, r.episodes),
     el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, expo(r.logprob_gap, 2)), el("td", {}, fixed(r.grad_norm, 3)),
@@ -74,8 +49,6 @@ function render(s) {
   bars($("drops"), s.drops, () => true);
   bars($("dead-letters"), s.dead_letters, () => true);
   bars($("staleness"), s.staleness);
-  bars($("throughput"), Object.fromEntries(s.throughput.map((t) =>
-    [new Date(t.minute * 60000).toISOString().slice(11, 16), t.episodes])));
   const l = s.latency_ms;
   $("latency").textContent = `${l.calls} recent calls · engine p50 ${l.engine_p50} ms, p95 ${l.engine_p95} ms · ` +
     `gateway p50 ${l.gateway_p50} ms, p95 ${l.gateway_p95} ms`;
@@ -90,6 +63,15 @@ function render(s) {
     el("td", {}, Object.entries(t.pass_at).map(([k, v]) => `@${k} ${fixed(v, 2)}`).join(" "))))));
   $("episodes").replaceChildren(...s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
     `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
+}
+
+function drawCharts(s) {
+  try { // charts.js: a chart that cannot be drawn must not keep the tables from the page
+    drawTrainingCharts(s.steps, $("x-axis").value);
+    drawThroughputChart(s.throughput);
+  } catch (err) {
+    $("source").textContent += ` · a chart could not be drawn: ${err}`;
+  }
 }
 
 async function showEpisode(id) {
@@ -144,16 +126,20 @@ window.addEventListener("hashchange", () => {
 const first = episodeInHash();
 if (first !== null) showEpisode(first);
 
+let latest = null; // the last summary: drawn again when the x axis is switched
+$("x-axis").addEventListener("change", () => {
+  if (latest) drawCharts(latest);
+});
+
 const stream = new EventSource("/api/stream");
 stream.onmessage = (ev) => {
-  let summary;
   try {
-    summary = JSON.parse(ev.data);
+    latest = JSON.parse(ev.data);
   } catch (err) {
     $("source").textContent = `an update could not be read: ${err}`;
     return;
   }
-  render(summary);
+  render(latest);
 };
 stream.onerror = () => {
   $("source").textContent = "disconnected from the dashboard; reconnecting…"; // EventSource retries by itself

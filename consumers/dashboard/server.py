@@ -57,7 +57,11 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "no-referrer",
 }
 _ASSETS = {"/": ("page.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
-           "/app.css": ("app.css", "text/css")}  # fmt: skip
+           "/charts.js": ("charts.js", "text/javascript"), "/app.css": ("app.css", "text/css"),
+           "/vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js", "text/javascript"),
+           "/vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css")}  # fmt: skip
+"""Path -> (package file, type). The charting library is vendored (``scripts/vendor-charts.sh``): the page
+loads nothing from elsewhere, as its Content-Security-Policy says."""
 
 
 class StrictJSON(JSONResponse):
@@ -294,7 +298,8 @@ def _source(config: DashboardConfig, done: anyio.Event) -> dict[str, Any]:
 
 def _asset(name: str, mime: str) -> Callable[[], Any]:
     async def serve() -> Response:
-        return Response(resources.files("consumers.dashboard").joinpath(name).read_text(), media_type=mime)
+        data = resources.files("consumers.dashboard").joinpath(*name.split("/")).read_bytes()
+        return Response(data, media_type=mime)  # text/*: Starlette adds "; charset=utf-8"
 
     return serve
 

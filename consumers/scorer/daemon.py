@@ -16,6 +16,7 @@ from anyio.abc import TaskStatus
 
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.transform import ScorerMetrics, ScoreTransform
+from cua_stream.bus.lag import ConsumerLag
 from cua_stream.bus.reader import scan
 from cua_stream.bus.transaction import TransactionalProcessor
 from cua_stream.lifecycle import Notify, stop_on_signal
@@ -60,6 +61,8 @@ class Scorer:
             "transactions": r.counter("cua_scorer_transactions_total", "Kafka transactions committed."),
             "aborts": r.counter("cua_scorer_aborts_total", "Kafka transactions aborted (then retried)."),
         }
+        self.lag = ConsumerLag(r)
+        """Its lag behind the outcome partitions it is assigned (sampled while the page is served)."""
 
     def render_metrics(self) -> str:
         """Prometheus text of this instance's metrics."""
@@ -80,6 +83,7 @@ class Scorer:
                 self.metrics_port = await tg.start(
                     serve_metrics, self.render_metrics, self.config.metrics_host, self.config.metrics_port
                 )
+                tg.start_soon(self.lag.watch, lambda: getattr(self.processor, "consumer", None))
             ready = Notify(lambda: task_status.started(self.metrics_port))
             await self.processor.run(stop=stop, stop_after=stop_after, task_status=ready)
             tg.cancel_scope.cancel()  # the metrics server goes with the processor

@@ -105,6 +105,8 @@ class Trainer:
         """The last step's learning rate (``lr_warmup_steps`` ramps it)."""
         self.state = TrainerState()
         self.metrics_port: int | None = None
+        self._inputs: Follower | None = None
+        """Its input reader while it reads (for the consumer-lag sampler)."""
         self.tasks = [task_ref(t) for t in config.tasks]
         self.engine = EngineWeights(
             config.engine_url,
@@ -156,6 +158,9 @@ class Trainer:
                 self.metrics_port = await tg.start(
                     serve_metrics, self.metrics.render, self.config.metrics_host, self.config.metrics_port
                 )
+                tg.start_soon(
+                    self.metrics.consumer_lag.watch, lambda: self._inputs.live if self._inputs else None
+                )
             async with EventProducer(self.config.bus) as producer, httpx.AsyncClient(timeout=60) as http:
                 # the engine may serve other weights than the checkpoint's: it restarted too
                 if saved.weights and await self.engine.served(http) != str(saved.version):
@@ -189,6 +194,7 @@ class Trainer:
             also_required=(WORK, TRAIN_STEPS),
         )
         async with inputs:
+            self._inputs = inputs
             by_name = dict(zip(names, READS, strict=True))
             policy_topic, own_key = self.topics.name_of(POLICY), cfg.run_id.encode()
             task_status.started(self.metrics_port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from cua_stream.bus.lag import ConsumerLag
 from cua_stream.metrics import Registry
 
 
@@ -26,6 +27,8 @@ class TrainerMetrics:
             "cua_trainer_weight_push_seconds",
             "Wall time of the last weight push to the engine (gateway drained, weights loaded, resumed).",
         )
+        self.consumer_lag = ConsumerLag(r)
+        """Its lag behind its input partitions (the daemon samples it while the page is served)."""
 
     def stepped(self, *, groups: int, logprob_gap: float, grad_norm: float, version: int) -> None:
         """A step was taken (counted when its commit is written)."""

@@ -232,6 +232,11 @@ class EventConsumer:
     def dead_lettered(self) -> int:
         return self._router.count
 
+    @property
+    def kafka(self) -> AIOKafkaConsumer:
+        """The Kafka consumer underneath (for a consumer-lag sampler: read it, do not poll it)."""
+        return self._kafka
+
     async def __aenter__(self) -> EventConsumer:
         await start_consumer(self._kafka, self.config)
         await require_topics(self._kafka, self.topics, [*self._by_name.values(), DLQ])

@@ -85,6 +85,11 @@ class Follower:
             raise RuntimeError("Follower: not entered (use `async with`)")
         return self._consumer
 
+    @property
+    def live(self) -> AIOKafkaConsumer | None:
+        """The consumer while entered, else None (for a sampler that outlives the reading)."""
+        return self._consumer
+
     async def poll(self, timeout_s: float) -> list[ConsumerRecord]:
         """The records that arrived (waiting up to ``timeout_s`` for the first), each partition in order."""
         polled = await self.consumer.getmany(timeout_ms=int(timeout_s * 1000))

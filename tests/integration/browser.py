@@ -44,6 +44,17 @@ class Page:
                                  returnByValue=True)  # fmt: skip
         return result["result"].get("value", "")  # nothing while the page is still navigating
 
+    async def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page (JSON-serialisable values only)."""
+        result = await self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"{expression[:80]}: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    async def hover(self, x: float, y: float) -> None:
+        """Move the mouse to (x, y) in CSS pixels of the viewport, as a user's pointer would."""
+        await self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+
     async def until(self, holds: Callable[[str], bool], timeout_s: float = 30.0) -> str:
         """The page's HTML once ``holds`` is true of it (polled; the page keeps running meanwhile)."""
         html = ""

@@ -44,7 +44,7 @@ from cua_stream.events import (
 )  # fmt: skip
 from cua_stream.topics import DLQ, OUTCOMES, POLICY, SCORES, TRAIN_STEPS, TURNS, WORK
 from tests.conftest import free_port, wait_until
-from tests.integration.browser import chromium
+from tests.integration.browser import Page, chromium
 from tests.integration.gateway_servers import serving, tiny_model_dir
 
 __all__ = ["tiny_model_dir"]  # fixture
@@ -150,17 +150,22 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
             assert (await http.get(f"{url}/blobs/{'0' * 64}")).status_code == 404
             assert (await http.get(f"{url}/blobs/not-a-hash")).status_code == 400
             assert (await http.get(f"{url}/api/episodes/nope")).status_code == 404
+            lib = await http.get(f"{url}/vendor/uPlot.iife.min.js")  # the vendored charting library
+            assert lib.headers["content-type"] == "text/javascript; charset=utf-8" and b"uPlot" in lib.content
         # a real browser, while records land: the page as a user sees it, on one episode's view
         async with chromium(f"{url}/#episode={GROUP}-e0") as page:
             dom = await page.until(lambda h: "policy v2" in h and all(a in h for a in ACTIONS))
             assert "<td>2</td><td>v2</td><td>2</td><td>1.000</td>" in dom  # the steps table, newest first
             assert '<td class="by-task">click-button 1.00</td>' in dom  # each step's reward by task
             assert "discard (sandbox_lost)" in dom and "reward 1 (ok)" in dom and "discarded" in dom
-            assert f'src="/blobs/{sha}"' in dom and "<polyline" in dom  # a screenshot; the reward chart
+            assert f'src="/blobs/{sha}"' in dom and 'class="uplot' in dom  # a screenshot; the charts
             assert "<td>click-button</td><td>2</td><td>1.000</td><td>1</td>" in dom  # reward by task
             await publish(bus_config, step(3, 0.75))
             dom = await page.until(lambda h: "policy v3" in h)
             assert "<td>3</td><td>v3</td><td>2</td><td>0.750</td>" in dom
+            await check_charts(page)
+            overflow = await page.evaluate(LAYOUT)
+            assert overflow == {"viewport": 1280, "scroll_width": 1280, "past_an_edge": []}
             await anyio.Path(ARTIFACTS).mkdir(parents=True, exist_ok=True)
             await page.screenshot(ARTIFACTS / "dashboard.png")
         with Image.open(ARTIFACTS / "dashboard.png") as shot:
@@ -185,6 +190,62 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
             await wait_until(complete, poll_s=0.2)
     assert [s["step"] for s in summary["steps"]] == [1] and summary["records"] == len(first)
     assert summary["source"]["mode"].startswith("replay")
+
+
+CHARTS = """Object.fromEntries(Object.entries(window.cuaCharts).map(([id, u]) => [id, {
+  time: u.scales.x.time, axes: u.axes.map((a) => a.label), series: u.series.slice(1).map((s) => s.label),
+  x: u.data[0], ys: u.data.slice(1)}]))"""
+"""What each uPlot chart on the page holds: its x scale (time or not), its axes' labels, series, data."""
+LEGEND = "[...document.querySelectorAll('#reward-chart .u-legend .u-value')].map((e) => e.textContent)"
+LAYOUT = """(() => {
+  const viewport = document.documentElement.clientWidth, past = [];
+  for (const el of document.querySelectorAll(".card, table, th, td, .uplot, canvas, .u-legend, img, pre")) {
+    const r = el.getBoundingClientRect(), card = el.parentElement.closest(".card");
+    const right = card ? card.getBoundingClientRect().right : viewport;
+    if (r.width && (r.left < 0 || r.right > right + 0.5)) past.push(`${el.tagName} ${el.textContent.slice(0, 30)}`);
+  }
+  return {viewport, scroll_width: document.documentElement.scrollWidth, past_an_edge: past};
+})()"""
+"""The page's own layout at the browser's width: nothing wider than the page, no card past the viewport's
+right edge, and no table, cell, chart or legend past its card's (the steps table's last column was)."""
+
+
+async def check_charts(page: Page) -> None:
+    """The charts as drawn by uPlot: axes labelled with units, x in steps (or time, switched), one series
+    per task, and the values under the pointer in the legend."""
+    charts = await page.evaluate(CHARTS)
+    reward, task, gap = charts["reward-chart"], charts["task-chart"], charts["gap-chart"]
+    assert reward == {"time": False, "axes": ["step", "reward"], "series": ["mean reward"],
+                      "x": [1, 2, 3], "ys": [[0.5, 1.0, 0.75]]}  # fmt: skip
+    assert task["series"] == ["click-button"] and task["ys"] == [[1.0, 1.0, 1.0]]
+    assert gap["axes"] == ["step", "nats/token"]
+    assert gap["ys"][0] == pytest.approx([1e-6, 2e-6, 3e-6])
+    assert charts["grad-chart"]["axes"][1] == "L2 norm"
+    throughput = charts["throughput-chart"]
+    assert throughput["time"] and throughput["axes"] == ["time (UTC)", "episodes/min"]
+    assert throughput["x"] == [0] and throughput["ys"] == [[1]]  # one episode finished at t = 9 s
+    assert await page.evaluate(LEGEND) == ["newest: step 3 · v3 · 00:00:23 UTC", "0.75"]  # not hovered
+    # the pointer over step 2: the legend shows that step's values
+    x, y = await page.evaluate(
+        "(() => { const u = cuaCharts['reward-chart'], r = u.over.getBoundingClientRect();"
+        " return [r.left + u.valToPos(2, 'x'), r.top + r.height / 2]; })()"
+    )
+    await page.hover(x, y)
+
+    async def legend_shows_step_2() -> bool:
+        return await page.evaluate(LEGEND) == ["step 2 · v2 · 00:00:22 UTC", "1"]
+
+    with anyio.fail_after(10):
+        await wait_until(legend_shows_step_2, poll_s=0.1)
+    await page.hover(0, 0)
+    switch = (
+        "(() => { const s = document.getElementById('x-axis'); s.value = '{}';"
+        " s.dispatchEvent(new Event('change')); })()"
+    )
+    await page.evaluate(switch.replace("{}", "time"))
+    by_time = (await page.evaluate(CHARTS))["reward-chart"]
+    assert by_time["time"] and by_time["axes"][0] == "time (UTC)" and by_time["x"] == [21, 22, 23]
+    await page.evaluate(switch.replace("{}", "step"))  # the screenshot in steps
 
 
 async def _next_data(lines: object) -> str:

@@ -13,13 +13,13 @@ import pytest
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.daemon import Trainer
+from consumers.trainer.daemon import READS, Trainer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.engine.config import EngineConfig
 from cua_stream.events import PolicyVersion, TrainStep, TurnEvent
 from cua_stream.gateway.config import GatewayConfig
-from cua_stream.topics import POLICY, TRAIN_STEPS, TURNS
+from cua_stream.topics import POLICY, TRAIN_STEPS, TURNS, WORK
 from producers.config import ProducerConfig
 from producers.daemon import Producer
 from tests.conftest import free_port
@@ -60,6 +60,7 @@ async def test_three_steps_change_the_weights_the_engine_serves(
         engine_url=gateway.engine_url,
         gateway_url=gateway_url,
         bus=bus_config,
+        metrics_port=0,  # its page served: the consumer lag sampled
     )
     with serving(engine_server(engine)), serving(gateway_server(gateway, bus_config)):
         with anyio.fail_after(600):
@@ -71,8 +72,10 @@ async def test_three_steps_change_the_weights_the_engine_serves(
                     max_turns=2,
                     concurrency=4,
                     bus=bus_config,
+                    metrics_port=0,
                 )
-                await tg.start(Producer(producer).run)
+                producer_daemon = Producer(producer)
+                await tg.start(producer_daemon.run)
                 trainer = Trainer(config)
                 await trainer.run()
                 tg.cancel_scope.cancel()
@@ -92,3 +95,8 @@ async def test_three_steps_change_the_weights_the_engine_serves(
     turns = [d.event async for d in scan(bus_config, TURNS) if isinstance(d.event, TurnEvent)]
     assert max(t.policy_version for t in turns) >= 1  # later turns were sampled with trained weights
     assert (tmp_path / "ckpt" / "weights-v3").is_dir()
+    # each daemon's consumer lag, sampled from its own reader while it ran: per partition it reads
+    names = bus_config.topics()
+    read = {t for t, _ in trainer.metrics.consumer_lag.gauge.samples()}
+    assert read == {names.name_of(spec) for spec in READS}  # turns, summaries, scores, policy
+    assert {t for t, _ in producer_daemon.metrics.consumer_lag.gauge.samples()} == {names.name_of(WORK)}

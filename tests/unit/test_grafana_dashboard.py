@@ -71,7 +71,8 @@ def panels() -> list[dict[str, Any]]:
 
 def test_every_panel_queries_only_families_a_daemon_exports() -> None:
     families = exported_families()
-    assert {"cua_event_loop_lag_seconds", RESIDENT_MEMORY, "cua_trainer_weight_push_seconds"} <= families
+    assert {"cua_event_loop_lag_seconds", RESIDENT_MEMORY, "cua_trainer_weight_push_seconds",
+            "cua_consumer_lag_records"} <= families  # fmt: skip
     queried: set[str] = set()
     for panel in panels():
         for target in panel["targets"]:
@@ -84,7 +85,7 @@ def test_every_panel_queries_only_families_a_daemon_exports() -> None:
         "cua_gateway_calls_recorded_total", "cua_event_loop_lag_seconds", RESIDENT_MEMORY,
         "cua_trainer_weight_push_seconds", "cua_trainer_steps_total", "cua_trainer_groups_trained_total",
         "cua_trainer_groups_dropped_total", "cua_trainer_logprob_gap", "cua_trainer_grad_norm",
-        "cua_trainer_policy_version", "cua_trainer_sample_staleness_total",
+        "cua_trainer_policy_version", "cua_trainer_sample_staleness_total", "cua_consumer_lag_records",
     }  # fmt: skip
 
 

@@ -1,0 +1,44 @@
+"""Consumer lag, the pure part: end − position per partition read, never negative, only partitions with
+both known; the gauge replaced whole (a partition no longer read leaves the page); and every consuming
+daemon's metrics page carries the family."""
+
+from __future__ import annotations
+
+import pytest
+
+from consumers.scorer.config import ScorerConfig
+from consumers.scorer.daemon import Scorer
+from consumers.trainer.metrics import TrainerMetrics
+from cua_stream.bus.lag import NAME, ConsumerLag, consumer_lag
+from cua_stream.metrics import Registry
+from producers.metrics import ProducerMetrics
+
+
+def test_lag_is_the_end_minus_the_position_per_partition() -> None:
+    ends = {("o", 0): 10, ("o", 1): 4, ("s", 0): 7}
+    positions = {("o", 0): 3, ("o", 1): 4, ("x", 0): 1}
+    assert consumer_lag(ends, positions) == {("o", 0): 7, ("o", 1): 0}  # "s" not read, "x" no end
+
+
+def test_an_end_older_than_the_position_is_no_lag_not_a_negative_one() -> None:
+    assert consumer_lag({("o", 0): 5}, {("o", 0): 9}) == {("o", 0): 0}
+
+
+def test_the_gauge_is_replaced_whole_so_a_revoked_partition_leaves_the_page() -> None:
+    registry = Registry()
+    lag = ConsumerLag(registry)
+    lag.gauge.replace({("o", "0"): 3.0, ("o", "1"): 5.0})
+    lag.gauge.replace({("o", "1"): 2.0})
+    page = registry.render()
+    assert f'{NAME}{{topic="o",partition="1"}} 2' in page and 'partition="0"' not in page
+    with pytest.raises(ValueError, match=NAME):
+        lag.gauge.replace({("o",): 1.0})
+
+
+def test_the_consuming_daemons_export_the_family() -> None:
+    pages = {
+        "trainer": TrainerMetrics().render(),
+        "scorer": Scorer(ScorerConfig()).render_metrics(),
+        "producer": ProducerMetrics().registry.render(),
+    }
+    assert [d for d, page in pages.items() if f"# TYPE {NAME} gauge" not in page] == []

@@ -207,3 +207,14 @@ def next_batch(ready: Sequence[ReadyGroup], episodes_per_step: int, *, flush: bo
         if total >= episodes_per_step:
             break
     return taken
+
+
+def recorded_batch(queued: Sequence[str], wanted: Sequence[str]) -> list[int] | None:
+    """Where in ``queued`` (group ids, in queue order) the groups of a recorded step (``wanted``, in its
+    order) are, in that order; None until every one of them is queued. A re-training run
+    (``trainer.replay_batches_from``) takes its batches so, not as they happen to complete: the groups of
+    a replayed range are all on the log at once, and a live run batched them as they arrived."""
+    at = {group_id: i for i, group_id in enumerate(queued)}
+    if not wanted or any(group_id not in at for group_id in wanted):
+        return None
+    return [at[group_id] for group_id in wanted]

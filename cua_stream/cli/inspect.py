@@ -22,7 +22,17 @@ from consumers.trainer.inspect import StepRules, rebuild_step
 from cua_stream.bus.codec import Delivery
 from cua_stream.bus.reader import scan
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
-from cua_stream.cli._inspect_render import Text, episode_document, episode_text, step_document, step_text
+from cua_stream.cli._inspect_recompute import RecomputeRules
+from cua_stream.cli._inspect_recompute import recompute as recompute_step
+from cua_stream.cli._inspect_render import (
+    Text,
+    episode_document,
+    episode_text,
+    recompute_document,
+    recompute_text,
+    step_document,
+    step_text,
+)
 from cua_stream.config import BusConfig, build, require_model_dir
 from cua_stream.events import CallRecord, GroupDropped, ScoreEvent, TrainStep
 from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
@@ -57,6 +67,25 @@ NegativeScale = Annotated[
     ),
 ]
 Full = Annotated[bool, typer.Option("--full", help="Show every token and the whole text of each part.")]
+Recompute = Annotated[
+    Path | None,
+    typer.Option(
+        "--recompute",
+        help="The trainer's checkpoint directory: load the weights the step started from (v N-1; v0 is the "
+        "start model), recompute its loss, logprob gap, KL and grad norm with the trainer's backend and "
+        "show them beside the record, with the tokens where trainer and engine disagree most. Needs "
+        "trainer.keep_versions >= 2 for any step but the first.",
+    ),
+]
+BlobDir = Annotated[
+    str | None,
+    typer.Option(
+        "--blob-dir", help="With --recompute: the blob store of the screenshots (default: trainer.blob_dir)."
+    ),
+]
+TopK = Annotated[
+    int, typer.Option("--top-k", help="With --recompute: how many tokens of widest gap to show.")
+]
 
 
 @app.command()
@@ -69,13 +98,17 @@ def step(
     max_seq_len: MaxSeqLen = None,
     negative_scale: NegativeScale = None,
     full: Full = False,
+    recompute: Recompute = None,
+    top_k: TopK = 10,
+    blob_dir: BlobDir = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     config: ConfigFile = None,
 ) -> None:
     """Rebuild the batch step N of a run trained, and check it against the step's record (exit 1 if they
     differ). The group rules and max_seq_len are the trainer's: the config's trainer section, or the
-    options."""
+    options. With --recompute, measure it again from the weights it started from (exit 1 if the numbers
+    differ from the record)."""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, negative_scale)
     steps, _ = anyio.run(_steps_of, bus, run)
@@ -89,13 +122,30 @@ def step(
     records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.group_id in wanted)
     batch = rebuild_step(record, records, rules)
     text = _text(model, config)
+    again = None
+    if recompute is not None and batch.mismatches:  # a batch that is not the step's cannot replay it
+        err.print("--recompute: not run, the rebuilt batch is not the step's (see the mismatches)")
+    elif recompute is not None:
+        overrides = {"model_path": str(model) if model else None, "blob_dir": blob_dir}
+        settings = build(RecomputeRules, "trainer", file_data=load_file(config), overrides=overrides)
+        again = recompute_step(batch, recompute, settings, top_k=top_k)
     if as_json:
-        print(json.dumps(step_document(batch, rules, text), indent=1))
+        document = step_document(batch, rules, text)
+        print(
+            json.dumps(
+                document | ({"recomputed": recompute_document(again, text)} if again else {}), indent=1
+            )
+        )
     else:
         for line in step_text(batch, rules, text, full=full):
             out.print(line, markup=False)
+        for line in recompute_text(again, text) if again else ():
+            out.print(line, markup=False)
     if batch.mismatches:
         err.print(f"[bold red]MISMATCH[/bold red]: the rebuilt batch is not what step {number} trained")
+        raise typer.Exit(1)
+    if again is not None and not again.agrees:
+        err.print(f"[bold red]MISMATCH[/bold red]: step {number} recomputed differs from its record")
         raise typer.Exit(1)
 
 

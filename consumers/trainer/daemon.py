@@ -46,7 +46,7 @@ from consumers.trainer.grpo import (
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
-from consumers.trainer.rerun import ReplayDiverged, recorded_batches
+from consumers.trainer.rerun import recorded_batches
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
@@ -254,13 +254,7 @@ class Trainer:
             take = next_batch(ready, self.config.episodes_per_step)
             return queue[:take], queue[take:]
         wanted = self.recorded.get(self.state.step + 1, ())
-        queued = {q.group.group_id for q in queue}
-        if dropped := [g for g in wanted if g in join.decided and g not in queued]:
-            raise ReplayDiverged(
-                f"re-training: step {self.state.step + 1} of the recorded run trained {', '.join(dropped)}, "
-                "which this trainer dropped (its GroupDropped record says why)"
-            )
-        picked = recorded_batch([q.group.group_id for q in queue], wanted)
+        picked = recorded_batch([q.group.group_id for q in queue], wanted, join.decided)
         if picked is None:
             return [], queue
         return [queue[i] for i in picked], [q for i, q in enumerate(queue) if i not in picked]

@@ -8,13 +8,9 @@ import msgspec
 
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
-from cua_stream.errors import ConfigError, CuaError
+from cua_stream.errors import ConfigError
 from cua_stream.events import TrainStep
 from cua_stream.topics import TRAIN_STEPS
-
-
-class ReplayDiverged(CuaError):
-    """A re-training did not take a group its recorded step took."""
 
 
 async def recorded_batches(bus: BusConfig, prefix: str, run_id: str) -> dict[int, tuple[str, ...]]:

@@ -9,7 +9,6 @@ batch with the trainer's own functions (``consumers.trainer.inspect``) and check
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -18,9 +17,8 @@ import typer
 from rich.console import Console
 
 from consumers.trainer.calltree import episode_view
-from consumers.trainer.inspect import StepRules, rebuild_step
-from cua_stream.bus.codec import Delivery
-from cua_stream.bus.reader import scan
+from consumers.trainer.inspect import StepRules
+from consumers.trainer.inspect_read import episode_records, read_step, steps_of
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
 from cua_stream.cli._inspect_recompute import RecomputeRules
 from cua_stream.cli._inspect_recompute import recompute as recompute_step
@@ -33,9 +31,8 @@ from cua_stream.cli._inspect_render import (
     step_document,
     step_text,
 )
-from cua_stream.config import BusConfig, build, require_model_dir
-from cua_stream.events import CallRecord, GroupDropped, ScoreEvent, TrainStep
-from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
+from cua_stream.config import build, require_model_dir
+from cua_stream.events import CallRecord, ScoreEvent
 
 app = typer.Typer(
     help="Rebuild what the trainer saw from the topics: a step's batch, an episode's call tree.",
@@ -111,16 +108,7 @@ def step(
     differ from the record)."""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, negative_scale)
-    steps, _ = anyio.run(_steps_of, bus, run)
-    record = next((s for s in steps if s.step == number), None)
-    if record is None:
-        known = ", ".join(str(s.step) for s in steps[-20:]) or "none"
-        raise LookupError(
-            f"run {run!r} has no step {number} on {bus.topics().name_of(TRAIN_STEPS)} (its steps: {known})"
-        )
-    wanted = set(record.group_ids)
-    records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.group_id in wanted)
-    batch = rebuild_step(record, records, rules)
+    batch = anyio.run(read_step, bus, run, number, rules)
     text = _text(model, config)
     again = None
     if recompute is not None and batch.mismatches:  # a batch that is not the step's cannot replay it
@@ -166,8 +154,8 @@ def episode(
     sample that trains each completion, its score or discard reason, and the step that trained it."""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, None)
-    records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)
-    steps, drops = anyio.run(_steps_of, bus, run)
+    records = anyio.run(episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)
+    steps, drops = anyio.run(steps_of, bus, run)
     events = [d.event for d in records if isinstance(d.event, (CallRecord, ScoreEvent))]
     view = episode_view(run, episode_id, events, steps, drops, max_seq_len=rules.max_seq_len)
     if view is None:
@@ -183,30 +171,6 @@ def episode(
 def _rules(config: Path | None, max_seq_len: int | None, negative_scale: float | None) -> StepRules:
     overrides = {"max_seq_len": max_seq_len, "negative_scale": negative_scale}
     return build(StepRules, "trainer", file_data=load_file(config), overrides=overrides)
-
-
-async def _steps_of(bus: BusConfig, run: str) -> tuple[list[TrainStep], list[GroupDropped]]:
-    """The run's step records (first of each number, as published) and its groups' drops."""
-    steps: dict[int, TrainStep] = {}
-    drops: list[GroupDropped] = []
-    async for delivery in scan(bus, TRAIN_STEPS):
-        event = delivery.event
-        if isinstance(event, TrainStep) and event.run_id == run:
-            steps.setdefault(event.step, event)
-        elif isinstance(event, GroupDropped) and event.run_id == run:
-            drops.append(event)
-    return sorted(steps.values(), key=lambda s: s.step), drops
-
-
-async def _episode_records(bus: BusConfig, keep: Callable[[CallRecord | ScoreEvent], bool]) -> list[Delivery]:
-    """The calls and scores ``keep`` accepts, each topic partition by partition in offset order (so the
-    first score of an episode is the one the trainer kept)."""
-    out: list[Delivery] = []
-    for spec in (TURNS, SUMMARIES, SCORES):
-        async for delivery in scan(bus, spec):
-            if isinstance(delivery.event, (CallRecord, ScoreEvent)) and keep(delivery.event):
-                out.append(delivery)
-    return out
 
 
 def _text(model: Path | None, config: Path | None) -> Text:

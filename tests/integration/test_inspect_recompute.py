@@ -8,7 +8,9 @@ keeping two versions' weights.
   (exit 1); a version the checkpoint no longer holds is one error naming trainer.keep_versions.
 - Re-training: the run's episode topics replayed under a new prefix (`cua-stream replay
   --republish-prefix`), a trainer there from the same start (`trainer.replay_batches_from`) trains the
-  same groups in the same steps with the same metrics."""
+  same groups in the same steps with the same metrics.
+- The dashboard, over real HTTP: an episode's view names the step that trained it, and the step's
+  `inspect` output is served (JSON and text) at the route its row links to."""
 
 from __future__ import annotations
 
@@ -19,10 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 import typer
+import uvicorn
 from typer.testing import CliRunner
 
+from consumers.dashboard.config import DashboardConfig
+from consumers.dashboard.server import build_app
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from cua_stream.bus.reader import scan
@@ -32,8 +38,8 @@ from cua_stream.cli.topics import app as topics_app
 from cua_stream.config import BusConfig
 from cua_stream.events import TrainStep
 from cua_stream.topics import TRAIN_STEPS
-from tests.conftest import _create_topics
-from tests.integration.gateway_servers import tiny_model_dir
+from tests.conftest import _create_topics, free_port, wait_until
+from tests.integration.gateway_servers import serving, tiny_model_dir
 from tests.integration.test_inspect_step import RUN, publish
 
 __all__ = ["tiny_model_dir"]  # fixture
@@ -164,3 +170,45 @@ def typer_app(command: object) -> typer.Typer:
     app = typer.Typer()
     app.command()(command)  # type: ignore[arg-type]
     return app
+
+
+@pytest.mark.anyio
+async def test_the_dashboard_links_an_episode_to_its_step_and_the_step_to_its_inspect_output(
+    run: Run, tiny_model_dir: Path
+) -> None:
+    cfg = DashboardConfig(port=free_port(), model_path=str(tiny_model_dir), bus=run.bus)
+    url = f"http://127.0.0.1:{cfg.port}"
+    server = uvicorn.Server(uvicorn.Config(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning"))
+    last = run.steps[-1]
+    episode = f"{last.group_ids[0]}-e1"
+    with serving(server):
+        async with httpx.AsyncClient(timeout=60) as http:
+
+            async def read() -> bool:  # the steps, and the episode's scores and calls (all topics are read)
+                summary = (await http.get(f"{url}/api/summary")).json()
+                detail = await http.get(f"{url}/api/episodes/{episode}")
+                return (
+                    len(summary["steps"]) == 2 and detail.status_code == 200 and "trained_in" in detail.json()
+                )
+
+            with anyio.fail_after(60):
+                await wait_until(read)
+            summary = (await http.get(f"{url}/api/summary")).json()
+            assert [(s["run_id"], s["step"]) for s in summary["steps"]] == [(RUN, 1), (RUN, 2)]
+            detail = (await http.get(f"{url}/api/episodes/{episode}")).json()
+            assert detail["trained_in"] == {"run_id": RUN, "step": last.step, "attempt": 0}
+
+            route = f"{url}/api/inspect/step"
+            document = (await http.get(route, params={"run": RUN, "step": last.step})).json()
+            assert document["matches"] and document["rebuilt"]["group_ids"] == list(last.group_ids)
+            assert document["rebuilt"]["n_samples"] == last.n_samples
+            assert document["groups"][0]["episodes"][0]["samples"][0]["segments"][1]["text"]  # decoded
+            text = await http.get(route, params={"run": RUN, "step": last.step, "format": "text"})
+            assert text.headers["content-type"].startswith("text/plain")
+            assert f"OK: the rebuilt batch is the one step {last.step} trained" in text.text
+            assert f"episode {episode}" in text.text
+            missing = await http.get(route, params={"run": RUN, "step": 99})
+            assert missing.status_code == 404 and "has no step 99" in missing.json()["detail"]
+            assert (await http.get(route, params={"run": RUN, "step": "x"})).status_code == 422
+            page = (await http.get(f"{url}/app.js")).text
+            assert "/api/inspect/step?run=" in page and "trained in step" in page

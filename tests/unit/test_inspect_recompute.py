@@ -19,6 +19,7 @@ from consumers.trainer.recompute import batch_items, compare, recomputation, wid
 from cua_stream.cli._inspect_recompute import start_weights
 from cua_stream.cli._inspect_render import recompute_document, recompute_text
 from cua_stream.config import BusConfig, ConfigError, build
+from cua_stream.errors import ReplayDiverged
 from tests.unit.test_inspect import E0, E1, STEP, deliveries
 
 RECORD = msgspec.structs.replace(
@@ -91,6 +92,8 @@ def test_a_retraining_takes_the_recorded_batches_in_their_order() -> None:
     assert recorded_batch(["g3", "g1", "g2"], ("g2", "g3")) == [2, 0]  # the record's order, not the queue's
     assert recorded_batch(["g3", "g1"], ("g2", "g3")) is None  # g2 not judged yet: wait for it
     assert recorded_batch(["g1"], ()) is None  # past the recorded run's last step
+    with pytest.raises(ReplayDiverged, match="trained g2, which this trainer dropped"):
+        recorded_batch(["g3"], ("g2", "g3"), decided={"g1", "g2"})  # g2 decided, not queued: dropped
 
 
 def test_a_retraining_config_is_checked_naming_the_field(tmp_path: Path) -> None:

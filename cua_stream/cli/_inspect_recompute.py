@@ -70,7 +70,7 @@ def recompute(batch: StepBatch, directory: Path, rules: RecomputeRules, *, top_k
             "--recompute: needs the run's start model (its processor, v0, the KL reference): --model or "
             "the config's trainer.model_path"
         )
-    require_model_dir("trainer.model_path", rules.model_path)
+    require_model_dir("--model (or trainer.model_path)", rules.model_path)
     weights = start_weights(directory, batch.step.run_id, batch.step.policy_version - 1)
     from consumers.trainer.torch_backend import TorchBackend, TrainItem
     from cua_stream.blobs import open_blob_store

@@ -147,6 +147,11 @@ class TaskStartFailed(CuaError):
     it as the trial's environment-phase exception; the scorer discards the episode)."""
 
 
+class ReplayDiverged(CuaError):
+    """A re-training (``trainer.replay_batches_from``) dropped a group its recorded step trained: it
+    stops there, the drop being the difference it was run to find."""
+
+
 class ConfigError(CuaError, ValueError):
     """A configuration value is missing or invalid; the message names the field."""
 
@@ -232,6 +237,7 @@ POLICY: dict[type[CuaError], Action] = {
     TaskStartFailed: Action.CRASH,
     DaemonDidNotStart: Action.CRASH,
     UnknownTopicError: Action.CRASH,
+    ReplayDiverged: Action.CRASH,
     ConfigError: Action.CRASH,
     PromptTemplateChanged: Action.CRASH,
     CoordinateError: Action.REFUSE,

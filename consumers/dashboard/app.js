@@ -36,6 +36,10 @@ function bars(table, counts, bad) {
   }));
 }
 
+// `cua-stream inspect step` of a run's step, as text: the batch it trained, rebuilt from the topics.
+const inspectUrl = (run, step) =>
+  `/api/inspect/step?run=${encodeURIComponent(run)}&step=${encodeURIComponent(step)}&format=text`;
+
 function render(s) {
   const src = s.source || {};
   $("source").textContent = `topics ${src.prefix}.* · ${src.mode}${src.complete ? " (complete)" : ""} · ` +
@@ -44,7 +48,8 @@ function render(s) {
   $("steps-table").tBodies[0].replaceChildren(...s.steps.slice(-12).reverse().map((r) => el("tr", {},
     el("td", {}, r.step), el("td", {}, `v${r.policy_version}`), el("td", {}, r.episodes),
     el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, expo(r.logprob_gap, 2)), el("td", {}, fixed(r.grad_norm, 3)),
-    el("td", { class: "by-task" }, Object.entries(r.by_task).map(([t, v]) => `${t} ${fixed(v, 2)}`).join(" · ")))));
+    el("td", { class: "by-task" }, Object.entries(r.by_task).map(([t, v]) => `${t} ${fixed(v, 2)}`).join(" · ")),
+    el("td", {}, el("a", { href: inspectUrl(r.run_id, r.step), class: "inspect" }, "inspect")))));
   bars($("verdicts"), s.verdicts, (k) => k.startsWith("discard"));
   bars($("drops"), s.drops, () => true);
   bars($("dead-letters"), s.dead_letters, () => true);
@@ -92,6 +97,9 @@ async function showEpisode(id) {
   const head = el("div", {}, "task ", el("b", {}, e.task), " · verdict ",
     el("b", { class: "verdict" }, e.verdict || "not scored yet"));
   if (e.outcome) head.append(` · ${o.n_turns} turns in ${o.seconds}s${o.exception ? ` · ${o.exception}` : ""}`);
+  const t = e.trained_in;
+  head.append(" · ", t ? el("a", { href: inspectUrl(t.run_id, t.step), class: "trained-in" },
+    `trained in step ${t.step} of ${t.run_id}`) : "not trained (yet)");
   const calls = e.calls.map((c) => {
     const call = el("div", { class: "call" }, el("div", { class: "muted" },
       `#${c.seq} ${c.kind} · attempt ${c.attempt} · v${c.policy_version} · ${fixed(c.engine_ms, 0)} ms · ${c.finish_reason}`));

@@ -84,6 +84,8 @@ class Board:
     group_rewards: OrderedDict[str, list[float]] = field(default_factory=OrderedDict)
     """The recent groups' tasks and rewards (for each step's reward by task, whatever order the topics
     are read in)."""
+    group_steps: OrderedDict[str, TrainStep] = field(default_factory=OrderedDict)
+    """The step that trained each recent group (its first record), for an episode's link to it."""
     evals: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     """The recent evaluations' results, by their run id (the eval panel: per policy version, per task)."""
     latest_version: int = 0
@@ -142,6 +144,7 @@ class Board:
                 m = event.metrics
                 self.steps.append(
                     {
+                        "run_id": event.run_id,
                         "step": event.step,
                         "policy_version": event.policy_version,
                         "mean_reward": m.get("mean_reward", 0.0),
@@ -153,6 +156,8 @@ class Board:
                     }
                 )
                 for group_id in event.group_ids:
+                    if group_id not in self.group_steps:  # a re-published step is the same step
+                        _bounded(self.group_steps, group_id, event)
                     if (issued := self.group_versions.get(group_id)) is not None:
                         self._stale(event.policy_version, issued)
                     else:
@@ -183,6 +188,15 @@ class Board:
         return ep
 
     # -- what the page reads ----------------------------------------------------------------------------
+
+    def trained_in(self, episode_id: str) -> dict[str, Any] | None:
+        """The step that trained ``episode_id`` (its run, number and the attempt trained); None if none
+        has (yet), or its group's step trained the group's other episodes only (a discarded one)."""
+        ep = self.episodes.get(episode_id)
+        step = self.group_steps.get(ep.group_id) if ep else None
+        if step is None or (step.attempts and episode_id not in step.attempts):
+            return None
+        return {"run_id": step.run_id, "step": step.step, "attempt": step.attempts.get(episode_id)}
 
     def by_task(self) -> dict[str, dict[str, float]]:
         """Per task, over the recent episodes: how many were scored, their mean reward, the discards."""

@@ -18,7 +18,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from fastapi import FastAPI, HTTPException, Request
@@ -28,6 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from consumers.dashboard.board import Board
 from consumers.dashboard.config import DashboardConfig
+from consumers.trainer.inspect import StepRules
+from consumers.trainer.inspect_read import read_step
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.codec import json_line
 from cua_stream.bus.consumer import (
@@ -38,6 +40,7 @@ from cua_stream.bus.consumer import (
     stop_consumer,
 )
 from cua_stream.bus.reader import Bound, read_topics
+from cua_stream.cli._inspect_render import step_document, step_text
 from cua_stream.errors import BlobCorrupted, BlobNotFound, RecordError
 from cua_stream.topics import ALL
 
@@ -195,10 +198,17 @@ async def read_into(board: Board, config: DashboardConfig, done: anyio.Event) ->
     done.set()  # a replayed range is on the board whole
 
 
-def build_app(config: DashboardConfig, board: Board | None = None) -> FastAPI:
+INSPECTS_AT_ONCE = 2
+"""Step rebuilds served at once: each reads the run's step, turn, summary and score topics whole."""
+
+
+def build_app(config: DashboardConfig, board: Board | None = None, rules: StepRules | None = None) -> FastAPI:
+    """``rules``: the trainer's group rules and ``max_seq_len`` (its config section), for the inspect route."""
     board = board or Board()
+    rules = rules or StepRules()
     blobs = open_blob_store(config.blobs)
     decode = _decoder(config.model_path)
+    inspecting = anyio.CapacityLimiter(INSPECTS_AT_ONCE)
     done = anyio.Event()
 
     @asynccontextmanager
@@ -266,7 +276,7 @@ def build_app(config: DashboardConfig, board: Board | None = None) -> FastAPI:
         return StrictJSON(
             {
                 "episode_id": ep.episode_id, "group_id": ep.group_id, "task": ep.task, "verdict": ep.verdict,
-                "outcome": ep.outcome,
+                "outcome": ep.outcome, "trained_in": board.trained_in(episode_id),
                 "calls": [
                     {"seq": c.seq, "attempt": c.attempt, "kind": c.kind, "images": c.images,
                      "action": decode(c.completion_ids), "finish_reason": c.finish_reason,
@@ -275,6 +285,21 @@ def build_app(config: DashboardConfig, board: Board | None = None) -> FastAPI:
                 ],
             }
         )  # fmt: skip
+
+    @app.get("/api/inspect/step")
+    async def inspect_step(run: str, step: int, format: Literal["json", "text"] = "json") -> Response:
+        """``cua-stream inspect step --run RUN --step STEP`` (``--json`` unless ``format=text``): the
+        batch the step trained, rebuilt from the topics and checked against its record."""
+        async with inspecting:
+            try:
+                batch = await read_step(config.bus, run, step, rules)
+            except LookupError as e:
+                raise HTTPException(404, str(e)) from None
+        text = decode if config.model_path else None
+        if format == "text":
+            lines = await anyio.to_thread.run_sync(lambda: list(step_text(batch, rules, text)))
+            return Response("\n".join(lines) + "\n", media_type="text/plain; charset=utf-8")
+        return StrictJSON(await anyio.to_thread.run_sync(step_document, batch, rules, text))
 
     @app.get("/blobs/{sha256}")
     async def blob(sha256: str) -> Response:

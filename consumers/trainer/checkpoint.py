@@ -10,6 +10,7 @@ published after the checkpoint is durable, and a restart publishes those the log
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -63,9 +64,12 @@ def optimizer_state(directory: Path, checkpoint: Checkpoint) -> dict[str, Any] |
     return torch.load(directory / checkpoint.optimizer, weights_only=True)
 
 
-def save(directory: Path, checkpoint: Checkpoint, optimizer: dict[str, Any]) -> None:
+def save(
+    directory: Path, checkpoint: Checkpoint, optimizer: dict[str, Any], *, keep_versions: int = 1
+) -> None:
     """Write the optimizer state, then commit ``checkpoint`` (its weights directory is already written);
-    files of older versions go once the new checkpoint is durable."""
+    files of older versions go once the new checkpoint is durable, except the weights of the last
+    ``keep_versions`` versions (``trainer.keep_versions``: what ``inspect step --recompute`` loads)."""
     directory.mkdir(parents=True, exist_ok=True)
     checkpoint.optimizer = f"optimizer-v{checkpoint.version}.pt"
     torch.save(optimizer, directory / (checkpoint.optimizer + ".tmp"))
@@ -78,5 +82,36 @@ def save(directory: Path, checkpoint: Checkpoint, optimizer: dict[str, Any]) -> 
     os.replace(tmp, directory / FILE)
     keep = {checkpoint.weights, checkpoint.optimizer, FILE}
     for path in directory.iterdir():
-        if path.name not in keep and path.name.startswith(("weights-v", "optimizer-v")):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        if path.name in keep or not path.name.startswith(("weights-v", "optimizer-v")):
+            continue
+        if path.name.startswith("weights-v") and retained(path.name, checkpoint.version, keep_versions):
+            continue
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def weights_name(version: int) -> str:
+    """The directory (in the checkpoint dir) of ``version``'s weights."""
+    return f"weights-v{version}"
+
+
+def retained(name: str, version: int, keep_versions: int) -> bool:
+    """Whether the weights directory ``name`` stays beside a checkpoint of ``version``: one of the last
+    ``keep_versions`` versions. A version past the checkpoint's (written by a step a kill cut before its
+    commit) goes: the restart trains that step again."""
+    match = re.fullmatch(r"weights-v(\d+)", name)
+    return match is not None and version - keep_versions < int(match.group(1)) <= version
+
+
+def weights_of(directory: Path, version: int) -> Path | None:
+    """The weights of ``version`` in the checkpoint dir ``directory``; None for version 0 (the run's
+    start model, ``trainer.model_path``). LookupError if they are not there (pruned, or never written)."""
+    if version == 0:
+        return None
+    path = directory / weights_name(version)
+    if not (path / "config.json").is_file():
+        kept = sorted(int(p.name[9:]) for p in directory.glob("weights-v*") if p.name[9:].isdigit())
+        raise LookupError(
+            f"{directory} has no weights of v{version} (it holds {', '.join(f'v{v}' for v in kept) or 'none'}): "
+            "the trainer keeps the last trainer.keep_versions versions; raise it to recompute older steps"
+        )
+    return path

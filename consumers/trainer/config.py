@@ -80,6 +80,16 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Stop after this many optimizer steps (0: run until stopped)."""
     checkpoint_dir: str = ""
     """Checkpoints and published weights; empty: ``<state dir>/trainer/<run_id>``."""
+    keep_versions: int = 1
+    """Weights of the last this many versions kept in ``checkpoint_dir`` (older ones are deleted as each
+    step commits). 1 (only the current, what a restart needs): each is a full float32 copy of the model,
+    so more is opt-in. ``cua-stream inspect step --recompute`` of step N loads version N-1's: keep 2 or
+    more to recompute the latest steps of a run (step 1 starts from ``model_path``, always there)."""
+    replay_batches_from: str = ""
+    """Re-train a run from a replayed range (README "Re-training a replayed range"): the topic prefix
+    the run first trained on. The trainer then takes each step's groups as that run's ``TrainStep``
+    records list them, in their order (not as they complete), and stops after its last recorded step;
+    empty: batches are taken as groups complete."""
     blob_dir: str = ""
     """The blob store the gateway writes screenshots to (a directory or ``s3://bucket/prefix``); empty:
     ``<state dir>/blobs``."""
@@ -126,6 +136,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             "max_seq_len",
             "max_new_tokens",
             "passes",
+            "keep_versions",
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"trainer.{name}: must be >= 1")
@@ -138,6 +149,16 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError(f"trainer.top_p: in (0, 1], not {self.top_p}")
         if not 0 <= self.min_p < 1:
             raise ConfigError(f"trainer.min_p: in [0, 1), not {self.min_p}")
+        if self.replay_batches_from and self.tasks:
+            raise ConfigError(
+                "trainer.replay_batches_from: a re-training trains the replayed groups; trainer.tasks must be "
+                "empty (it would issue new work)"
+            )
+        if self.replay_batches_from and self.replay_batches_from == self.bus.topic_prefix:
+            raise ConfigError(
+                f"trainer.replay_batches_from: {self.replay_batches_from!r} is the prefix this trainer "
+                "trains on: give the original run's prefix, the replay's as bus.topic_prefix"
+            )
         for sink in self.metrics_sinks:
             try:
                 SinkSpec.parse(sink)

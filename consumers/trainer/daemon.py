@@ -41,10 +41,12 @@ from consumers.trainer.grpo import (
     decide,
     drop,
     next_batch,
+    recorded_batch,
 )
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.metrics import TrainerMetrics
+from consumers.trainer.rerun import recorded_batches
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
@@ -104,6 +106,8 @@ class Trainer:
         self._lr = config.lr
         """The last step's learning rate (``lr_warmup_steps`` ramps it)."""
         self.state = TrainerState()
+        self.recorded: dict[int, tuple[str, ...]] | None = None
+        """With ``replay_batches_from``: step number → the groups the original run's step took."""
         self.metrics_port: int | None = None
         self._inputs: Follower | None = None
         """Its input reader while it reads (for the consumer-lag sampler)."""
@@ -149,6 +153,10 @@ class Trainer:
     ) -> None:
         """Train until ``stop`` is set or ``max_steps`` steps are done; ready once it is reading."""
         stop = stop or anyio.Event()
+        if self.config.replay_batches_from:
+            self.recorded = await recorded_batches(
+                self.config.bus, self.config.replay_batches_from, self.config.run_id
+            )
         saved, backend = await anyio.to_thread.run_sync(self._load)
         self.backend = backend
         st = self.state
@@ -199,7 +207,7 @@ class Trainer:
             policy_topic, own_key = self.topics.name_of(POLICY), cfg.run_id.encode()
             task_status.started(self.metrics_port)
             checked = time.monotonic()
-            while not stop.is_set() and not (cfg.max_steps and st.step >= cfg.max_steps):
+            while not stop.is_set() and not self._done():
                 if time.monotonic() - checked > ENGINE_CHECK_S:
                     if st.weights:
                         await self.engine.restore(http, self.dir / st.weights, st.version)
@@ -226,25 +234,42 @@ class Trainer:
                     st.queue, stale = stale_in_queue(st.queue, st.version, cfg.policy.max_staleness)
                     for queued, detail in stale:
                         self._drop(join, queued.group, drop(DropReason.STALE, detail))
-                    take = next_batch(
-                        [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in st.queue],
-                        cfg.episodes_per_step,
-                    )
-                    if not take:
+                    batch, st.queue = self._take(st.queue, join)
+                    if not batch:
                         break
-                    batch, st.queue = st.queue[:take], st.queue[take:]
                     await self._step(batch, join, positions, producer, http)
-                    if cfg.max_steps and st.step >= cfg.max_steps:
+                    if self._done():
                         break
             positions = await inputs.positions()
             if st.drops or st.dead_letters:  # decided since the last step: commit and publish them too
                 await self._commit([], join, positions, producer, http, weights_changed=False)
 
+    def _done(self) -> bool:
+        """``max_steps`` steps done, or a re-training's last recorded step."""
+        step, max_steps = self.state.step, self.config.max_steps
+        return bool(max_steps and step >= max_steps) or (
+            self.recorded is not None and step >= max(self.recorded)
+        )
+
+    def _take(self, queue: list[Queued], join: Join) -> tuple[list[Queued], list[Queued]]:
+        """The next step's batch from the queue (empty: none yet), and the queue left. A re-training
+        whose recorded step lists a group it dropped stops there: it would wait for it forever, and the
+        drop is the difference it was run to find."""
+        if self.recorded is None:
+            ready = [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in queue]
+            take = next_batch(ready, self.config.episodes_per_step)
+            return queue[:take], queue[take:]
+        wanted = self.recorded.get(self.state.step + 1, ())
+        picked = recorded_batch([q.group.group_id for q in queue], wanted, join.decided)
+        if picked is None:
+            return [], queue
+        return [queue[i] for i in picked], [q for i, q in enumerate(queue) if i not in picked]
+
     # -- decisions --------------------------------------------------------------------------------------
 
     async def _feed(self, producer: EventProducer, join: Join) -> None:
         cfg, st = self.config, self.state
-        if not cfg.tasks or (cfg.max_steps and st.step >= cfg.max_steps):
+        if not cfg.tasks or self._done():
             return
         # the feeder's groups still open in the join (bounded by max_in_flight; not a scan of every
         # group the run ever issued, on every poll)
@@ -356,7 +381,7 @@ class Trainer:
     ) -> None:
         cfg, st = self.config, self.state
         if weights_changed:
-            st.weights = f"weights-v{st.version}"
+            st.weights = ckpt.weights_name(st.version)
             started = time.perf_counter()
             await anyio.to_thread.run_sync(self.backend.save, self.dir / st.weights)  # a.
             self._timings["save_s"] = time.perf_counter() - started
@@ -396,7 +421,11 @@ class Trainer:
             cfg.run_id, step=st.step, version=st.version, weights=weights, issued=st.issued,
             join=join, positions=positions, outputs=outputs,
         )  # fmt: skip
-        await anyio.to_thread.run_sync(ckpt.save, self.dir, checkpoint, self.backend.optimizer_state())  # b.
+        await anyio.to_thread.run_sync(
+            lambda: ckpt.save(
+                self.dir, checkpoint, self.backend.optimizer_state(), keep_versions=cfg.keep_versions
+            )
+        )  # b.
         if weights_changed and cfg.engine_url:
             try:
                 pushing = time.monotonic()

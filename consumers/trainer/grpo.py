@@ -24,10 +24,11 @@ from __future__ import annotations
 import enum
 import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cua_stream.errors import ReplayDiverged
 from cua_stream.events import Discard, Reward
 from cua_stream.versions import too_stale
 
@@ -207,3 +208,23 @@ def next_batch(ready: Sequence[ReadyGroup], episodes_per_step: int, *, flush: bo
         if total >= episodes_per_step:
             break
     return taken
+
+
+def recorded_batch(
+    queued: Sequence[str], wanted: Sequence[str], decided: Collection[str] = frozenset()
+) -> list[int] | None:
+    """Where in ``queued`` (group ids, in queue order) the groups of a recorded step (``wanted``, in its
+    order) are, in that order; None until every one of them is queued. A re-training run
+    (``trainer.replay_batches_from``) takes its batches so, not as they happen to complete: the groups of
+    a replayed range are all on the log at once, and a live run batched them as they arrived.
+    ReplayDiverged if one of them is ``decided`` but not queued: the re-training dropped it, and would
+    wait for it forever (the drop is the difference it was run to find)."""
+    at = {group_id: i for i, group_id in enumerate(queued)}
+    if dropped := [g for g in wanted if g in decided and g not in at]:
+        raise ReplayDiverged(
+            f"re-training: the recorded step trained {', '.join(dropped)}, which this trainer dropped (its "
+            "GroupDropped record says why)"
+        )
+    if not wanted or any(group_id not in at for group_id in wanted):
+        return None
+    return [at[group_id] for group_id in wanted]

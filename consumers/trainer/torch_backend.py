@@ -136,10 +136,7 @@ class TorchBackend:
         measured). After the first update the trainer's logprobs move away from the rollout's and the
         ratio clip bounds how far: the step's size is set by the clip, not only by the learning rate. The statistics are the
         first pass's (the logprob gap is the sampler's lag), with the last pass's clip fraction."""
-        reference = None
-        if self.reference is not None:
-            with torch.no_grad():
-                reference = torch.cat([self.token_logprobs(item.sample, self.reference) for item in items])
+        reference = self._reference_logprobs(items)
         first, old = self._update(items, reference, None)
         last = first
         if not carries_signal((item.advantage for item in items), kl_anchor=self.reference is not None):
@@ -148,10 +145,36 @@ class TorchBackend:
             last, _ = self._update(items, reference, old)
         return replace(first, loss=replace(first.loss, clip_fraction=last.loss.clip_fraction))
 
+    def measure(self, items: Sequence[TrainItem]) -> tuple[StepStats, torch.Tensor]:
+        """What ``step`` would record for ``items`` under the current weights (its first pass: loss, logprob
+        gap, KL, grad norm), without updating them; and the trainer's logprob of each packed token (0 where
+        not trained). ``cua-stream inspect step --recompute`` measures a past step with it."""
+        stats, logprobs, _ = self._backward(items, self._reference_logprobs(items), None)
+        self.optimizer.zero_grad(set_to_none=True)
+        return stats, logprobs
+
+    def _reference_logprobs(self, items: Sequence[TrainItem]) -> torch.Tensor | None:
+        if self.reference is None:
+            return None
+        with torch.no_grad():
+            return torch.cat([self.token_logprobs(item.sample, self.reference) for item in items])
+
     def _update(
         self, items: Sequence[TrainItem], reference: torch.Tensor | None, old: torch.Tensor | None
     ) -> tuple[StepStats, torch.Tensor]:
         """One update; its statistics and the logprobs it started from (detached)."""
+        stats, started, signal = self._backward(items, reference, old)
+        if signal:
+            if not carries_signal(item.advantage for item in items):
+                self._forget_momentum()
+            self.optimizer.step()
+        return stats, started
+
+    def _backward(
+        self, items: Sequence[TrainItem], reference: torch.Tensor | None, old: torch.Tensor | None
+    ) -> tuple[StepStats, torch.Tensor, bool]:
+        """The loss over ``items`` and, when there is a signal to train on, its gradient (clipped): the
+        statistics, the logprobs it started from (detached), and whether there is a gradient."""
         self.optimizer.zero_grad(set_to_none=True)
         rewarded = carries_signal(item.advantage for item in items)
         signal = rewarded or self.reference is not None  # with a KL its anchor is a signal too
@@ -170,13 +193,10 @@ class TorchBackend:
             )
         started = logprobs.detach()
         if not signal:
-            return StepStats.of(items, stats), started
-        if not rewarded:
-            self._forget_momentum()
+            return StepStats.of(items, stats), started, False
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
-        return StepStats.of(items, stats, float(grad_norm)), started
+        return StepStats.of(items, stats, float(grad_norm)), started, True
 
     def _forget_momentum(self) -> None:
         """Before a step whose only gradient is the KL anchor's (no group carried a reward signal): AdamW

@@ -12,6 +12,7 @@ import msgspec
 
 from consumers.trainer.calltree import AttemptTree, EpisodeView
 from consumers.trainer.inspect import EpisodeBatch, StepBatch, StepRules, segments, version_runs
+from consumers.trainer.recompute import REL_TOL, Recomputation, TokenGap
 from consumers.trainer.samples import Sample
 from cua_stream.events import SUMMARY_KINDS, Discard, Reward, ScoreEvent, to_builtins
 
@@ -133,6 +134,65 @@ def _sample_document(sample: Sample, text: Text) -> dict[str, Any]:
             for t, a, b in segments(sample)
         ],
     }
+
+
+# -- recompute -------------------------------------------------------------------------------------
+
+
+def recompute_text(r: Recomputation, text: Text) -> Iterator[str]:
+    yield f"recomputed from v{r.start_version}'s weights (the trainer's backend, on this machine):"
+    yield f"  {'metric':<16}{'recorded':>16}{'recomputed':>16}  "
+    for c in r.checks:
+        recorded = "-" if c.recorded is None else f"{c.recorded:.9g}"
+        verdict = {True: "equal", False: "DIFFERS", None: c.note}[c.agrees]
+        yield f"  {c.name:<16}{recorded:>16}{c.recomputed:>16.9g}  {verdict}"
+    yield f"tokens where the trainer and the engine disagree most (top {len(r.gaps)} by |Δlogprob|):"
+    for g in r.gaps:
+        yield (
+            f"  Δ {g.delta:+.4f}  trainer {g.trainer:.4f} engine {g.engine:.4f} (v{g.version})  "
+            f"{g.leaf_call_id}[{g.position}] {_token(g, text)}"
+        )
+    if r.agrees:
+        yield f"OK: the recomputed step equals its record (relative tolerance {REL_TOL:g})"
+    else:
+        names = ", ".join(c.name for c in r.checks if c.agrees is False)
+        yield f"MISMATCH: recomputed {names} differ from the record: not the weights, batch or loss it had"
+
+
+def recompute_document(r: Recomputation, text: Text) -> dict[str, Any]:
+    return {
+        "start_version": r.start_version,
+        "agrees": r.agrees,
+        "rel_tol": REL_TOL,
+        "metrics": [
+            {
+                "name": c.name,
+                "recorded": c.recorded,
+                "recomputed": c.recomputed,
+                "agrees": c.agrees,
+                "note": c.note,
+            }
+            for c in r.checks
+        ],
+        "token_gaps": [
+            {
+                "episode_id": g.episode_id,
+                "leaf_call_id": g.leaf_call_id,
+                "position": g.position,
+                "token_id": g.token_id,
+                **({"text": text([g.token_id])} if text else {}),
+                "trainer": g.trainer,
+                "engine": g.engine,
+                "delta": g.delta,
+                "version": g.version,
+            }
+            for g in r.gaps
+        ],
+    }
+
+
+def _token(gap: TokenGap, text: Text) -> str:
+    return repr(text([gap.token_id])) if text else f"id {gap.token_id}"
 
 
 # -- episode ----------------------------------------------------------------------------------------

@@ -36,6 +36,8 @@ def dashboard(
 
     from consumers.dashboard.config import dashboard_config
     from consumers.dashboard.server import build_app, check_source
+    from consumers.trainer.inspect import StepRules
+    from cua_stream.config import build
 
     cfg = dashboard_config(
         load_file(config),
@@ -46,5 +48,6 @@ def dashboard(
     partitions = anyio.run(check_source, cfg)  # an unreachable broker or missing topics: one line, exit 2
     print(f"dashboard on http://{cfg.host}:{cfg.port}/ ({partitions} partitions of {cfg.bus.topic_prefix}.*)",
           file=sys.stderr)  # fmt: skip
-    uvicorn.run(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning",
+    rules = build(StepRules, "trainer", file_data=load_file(config))  # what `inspect step` rebuilds with
+    uvicorn.run(build_app(cfg, rules=rules), host=cfg.host, port=cfg.port, log_level="warning",
                 limit_concurrency=cfg.max_connections)  # fmt: skip

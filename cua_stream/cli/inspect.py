@@ -9,7 +9,6 @@ batch with the trainer's own functions (``consumers.trainer.inspect``) and check
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -18,14 +17,22 @@ import typer
 from rich.console import Console
 
 from consumers.trainer.calltree import episode_view
-from consumers.trainer.inspect import StepRules, rebuild_step
-from cua_stream.bus.codec import Delivery
-from cua_stream.bus.reader import scan
+from consumers.trainer.inspect import StepRules
+from consumers.trainer.inspect_read import episode_records, read_step, steps_of
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
-from cua_stream.cli._inspect_render import Text, episode_document, episode_text, step_document, step_text
-from cua_stream.config import BusConfig, build, require_model_dir
-from cua_stream.events import CallRecord, GroupDropped, ScoreEvent, TrainStep
-from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
+from cua_stream.cli._inspect_recompute import RecomputeRules
+from cua_stream.cli._inspect_recompute import recompute as recompute_step
+from cua_stream.cli._inspect_render import (
+    Text,
+    episode_document,
+    episode_text,
+    recompute_document,
+    recompute_text,
+    step_document,
+    step_text,
+)
+from cua_stream.config import build, require_model_dir
+from cua_stream.events import CallRecord, ScoreEvent
 
 app = typer.Typer(
     help="Rebuild what the trainer saw from the topics: a step's batch, an episode's call tree.",
@@ -57,6 +64,25 @@ NegativeScale = Annotated[
     ),
 ]
 Full = Annotated[bool, typer.Option("--full", help="Show every token and the whole text of each part.")]
+Recompute = Annotated[
+    Path | None,
+    typer.Option(
+        "--recompute",
+        help="The trainer's checkpoint directory: load the weights the step started from (v N-1; v0 is the "
+        "start model), recompute its loss, logprob gap, KL and grad norm with the trainer's backend and "
+        "show them beside the record, with the tokens where trainer and engine disagree most. Needs "
+        "trainer.keep_versions >= 2 for any step but the first.",
+    ),
+]
+BlobDir = Annotated[
+    str | None,
+    typer.Option(
+        "--blob-dir", help="With --recompute: the blob store of the screenshots (default: trainer.blob_dir)."
+    ),
+]
+TopK = Annotated[
+    int, typer.Option("--top-k", help="With --recompute: how many tokens of widest gap to show.")
+]
 
 
 @app.command()
@@ -69,33 +95,45 @@ def step(
     max_seq_len: MaxSeqLen = None,
     negative_scale: NegativeScale = None,
     full: Full = False,
+    recompute: Recompute = None,
+    top_k: TopK = 10,
+    blob_dir: BlobDir = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     config: ConfigFile = None,
 ) -> None:
     """Rebuild the batch step N of a run trained, and check it against the step's record (exit 1 if they
     differ). The group rules and max_seq_len are the trainer's: the config's trainer section, or the
-    options."""
+    options. With --recompute, measure it again from the weights it started from (exit 1 if the numbers
+    differ from the record)."""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, negative_scale)
-    steps, _ = anyio.run(_steps_of, bus, run)
-    record = next((s for s in steps if s.step == number), None)
-    if record is None:
-        known = ", ".join(str(s.step) for s in steps[-20:]) or "none"
-        raise LookupError(
-            f"run {run!r} has no step {number} on {bus.topics().name_of(TRAIN_STEPS)} (its steps: {known})"
-        )
-    wanted = set(record.group_ids)
-    records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.group_id in wanted)
-    batch = rebuild_step(record, records, rules)
+    batch = anyio.run(read_step, bus, run, number, rules)
     text = _text(model, config)
+    again = None
+    if recompute is not None and batch.mismatches:  # a batch that is not the step's cannot replay it
+        err.print("--recompute: not run, the rebuilt batch is not the step's (see the mismatches)")
+    elif recompute is not None:
+        overrides = {"model_path": str(model) if model else None, "blob_dir": blob_dir}
+        settings = build(RecomputeRules, "trainer", file_data=load_file(config), overrides=overrides)
+        again = recompute_step(batch, recompute, settings, top_k=top_k)
     if as_json:
-        print(json.dumps(step_document(batch, rules, text), indent=1))
+        document = step_document(batch, rules, text)
+        print(
+            json.dumps(
+                document | ({"recomputed": recompute_document(again, text)} if again else {}), indent=1
+            )
+        )
     else:
         for line in step_text(batch, rules, text, full=full):
             out.print(line, markup=False)
+        for line in recompute_text(again, text) if again else ():
+            out.print(line, markup=False)
     if batch.mismatches:
         err.print(f"[bold red]MISMATCH[/bold red]: the rebuilt batch is not what step {number} trained")
+        raise typer.Exit(1)
+    if again is not None and not again.agrees:
+        err.print(f"[bold red]MISMATCH[/bold red]: step {number} recomputed differs from its record")
         raise typer.Exit(1)
 
 
@@ -116,8 +154,8 @@ def episode(
     sample that trains each completion, its score or discard reason, and the step that trained it."""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, None)
-    records = anyio.run(_episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)
-    steps, drops = anyio.run(_steps_of, bus, run)
+    records = anyio.run(episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)
+    steps, drops = anyio.run(steps_of, bus, run)
     events = [d.event for d in records if isinstance(d.event, (CallRecord, ScoreEvent))]
     view = episode_view(run, episode_id, events, steps, drops, max_seq_len=rules.max_seq_len)
     if view is None:
@@ -133,30 +171,6 @@ def episode(
 def _rules(config: Path | None, max_seq_len: int | None, negative_scale: float | None) -> StepRules:
     overrides = {"max_seq_len": max_seq_len, "negative_scale": negative_scale}
     return build(StepRules, "trainer", file_data=load_file(config), overrides=overrides)
-
-
-async def _steps_of(bus: BusConfig, run: str) -> tuple[list[TrainStep], list[GroupDropped]]:
-    """The run's step records (first of each number, as published) and its groups' drops."""
-    steps: dict[int, TrainStep] = {}
-    drops: list[GroupDropped] = []
-    async for delivery in scan(bus, TRAIN_STEPS):
-        event = delivery.event
-        if isinstance(event, TrainStep) and event.run_id == run:
-            steps.setdefault(event.step, event)
-        elif isinstance(event, GroupDropped) and event.run_id == run:
-            drops.append(event)
-    return sorted(steps.values(), key=lambda s: s.step), drops
-
-
-async def _episode_records(bus: BusConfig, keep: Callable[[CallRecord | ScoreEvent], bool]) -> list[Delivery]:
-    """The calls and scores ``keep`` accepts, each topic partition by partition in offset order (so the
-    first score of an episode is the one the trainer kept)."""
-    out: list[Delivery] = []
-    for spec in (TURNS, SUMMARIES, SCORES):
-        async for delivery in scan(bus, spec):
-            if isinstance(delivery.event, (CallRecord, ScoreEvent)) and keep(delivery.event):
-                out.append(delivery)
-    return out
 
 
 def _text(model: Path | None, config: Path | None) -> Text:

@@ -156,6 +156,13 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
         async with chromium(f"{url}/#episode={GROUP}-e0") as page:
             dom = await page.until(lambda h: "policy v2" in h and all(a in h for a in ACTIONS))
             assert "<td>2</td><td>v2</td><td>2</td><td>1.000</td>" in dom  # the steps table, newest first
+            links = dom.replace(
+                "&amp;", "&"
+            )  # each step's row links to its `inspect step`; the episode to its step
+            assert (
+                '<a href="/api/inspect/step?run=dash&step=2&format=text" class="inspect">inspect</a>' in links
+            )
+            assert f"trained in step 1 of {RUN}" in dom
             assert '<td class="by-task">click-button 1.00</td>' in dom  # each step's reward by task
             assert "discard (sandbox_lost)" in dom and "reward 1 (ok)" in dom and "discarded" in dom
             assert f'src="/blobs/{sha}"' in dom and 'class="uplot' in dom  # a screenshot; the charts

@@ -148,3 +148,20 @@ def test_the_eval_panel_shows_each_evaluation_per_task_newest_last_in_bounded_me
     for i in range(5):
         board.add(report_of(results(f"eval-{i}", [1.0, 1.0], at=100.0 + i)))
     assert [e["run_id"] for e in board.summary()["evals"]] == ["eval-2", "eval-3", "eval-4"]
+
+
+def test_an_episode_links_to_the_step_that_trained_it_whichever_topic_is_read_first() -> None:
+    trained = msgspec.structs.replace(step(3, 1), attempts={"g1-e0": 7})
+    for order in itertools.permutations([work(1, 2), trained, work(2, 2), step(4, 2)]):
+        board = Board()
+        for event in order:
+            board.add(event)
+        assert board.trained_in("g1-e0") == {"run_id": "r", "step": 3, "attempt": 7}
+        assert board.trained_in("g2-e0") == {"run_id": "r", "step": 4, "attempt": None}  # an older record
+        assert [(s["run_id"], s["step"]) for s in board.summary()["steps"]] == [("r", 3), ("r", 4)]
+    board.add(msgspec.structs.replace(trained, step=9))  # the same group in a later record: the first counts
+    assert board.trained_in("g1-e0")["step"] == 3  # type: ignore[index]
+    board.add(work(5, 0))
+    board.add(msgspec.structs.replace(step(5, 5), attempts={"other-episode": 0}))
+    assert board.trained_in("g5-e0") is None  # its group trained, without it (a discarded sibling)
+    assert board.trained_in("nope") is None

@@ -265,12 +265,15 @@ def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
             runner.gate.pause(str(body.get("mode", "abort")))
         except EngineInputError as e:
             return _error(400, str(e))
-        return JSONResponse({"success": True, "message": "generation paused"})
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
 
     @app.post("/continue_generation")
-    async def continue_generation() -> JSONResponse:
+    async def continue_generation(request: Request) -> JSONResponse:
+        body = await _json_body(request, allow_empty=True)  # SGLang's ContinueGenerationReqInput: no fields
+        if isinstance(body, JSONResponse):
+            return body
         runner.gate.resume()
-        return JSONResponse({"success": True, "message": "generation continued"})
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
 
     @app.get("/health")
     async def health() -> JSONResponse:

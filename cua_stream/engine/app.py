@@ -42,7 +42,9 @@ class EngineService:
     def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
         self.config = config
         self.runner = runner
-        self.scheduler = Scheduler(runner, max_running=config.max_running_requests)
+        self.scheduler = Scheduler(
+            runner, max_running=config.max_running_requests, step_latency_s=config.step_latency_s
+        )
         self._admit = asyncio.Event()
         self._admit.set()
         self.recent: deque[dict[str, Any]] = deque(maxlen=max(config.debug_history, 1))

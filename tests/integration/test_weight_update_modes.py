@@ -33,20 +33,10 @@ LONG = 240
 
 
 def never_stopping(model_dir: Path, seed: int) -> Path:
-    """The tiny model of ``seed`` saved to ``model_dir`` without its <|im_end|> row (as unreachable as
-    the other special tokens): every call runs to its token budget, so every call is in flight when
-    the update lands."""
-    import torch
+    """Every call runs to its token budget, so every call is in flight when the update lands."""
+    from cua_stream.models.tiny import make_tiny_model
 
-    from cua_stream.models.tiny import IM_END_ID, build_model, make_tiny_model
-
-    make_tiny_model(model_dir, seed=seed)
-    model = build_model(seed)
-    with torch.no_grad():
-        model.lm_head.weight[IM_END_ID] = 0.0
-    model.generation_config.eos_token_id = IM_END_ID
-    model.save_pretrained(model_dir)
-    return model_dir
+    return make_tiny_model(model_dir, seed=seed, never_stops=True)
 
 
 @pytest.fixture(scope="module")

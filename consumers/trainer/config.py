@@ -12,6 +12,7 @@ import msgspec
 from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
 from consumers.trainer.loss import LossConfig
+from consumers.trainer.weights import WEIGHT_UPDATE_MODES
 from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 from cua_stream.metrics_sinks import SinkSpec
@@ -96,7 +97,13 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     engine_url: str = ""
     """Where new weights are loaded (``/update_weights_from_disk``); empty: not pushed."""
     gateway_url: str = ""
-    """The session gateway to drain around a weight update; empty: no drain."""
+    """The session gateway to drain (``drain``) or to tell of a retraction (``retract``) around a weight
+    update; empty: none."""
+    weight_update: str = "drain"
+    """How new weights reach the engine: ``drain`` (the gateway drained, then the load), ``in_place``
+    (the engine paused between decode steps, the load, calls in flight finish under the new weights)
+    or ``retract`` (generations in flight aborted and continued by the gateway under the new weights).
+    README "Weight updates"."""
     drain_timeout_s: float = 60.0
     engine_api_key: Secret | None = None
     """The engine's admin key (weight loads), when the engine has one."""
@@ -164,6 +171,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 SinkSpec.parse(sink)
             except ValueError as e:
                 raise ConfigError(f"trainer.metrics_sinks: {e}") from None
+        if self.weight_update not in WEIGHT_UPDATE_MODES:
+            raise ConfigError(
+                f"trainer.weight_update: expected one of {', '.join(WEIGHT_UPDATE_MODES)}, "
+                f"not {self.weight_update!r}"
+            )
         if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:
             raise ConfigError("trainer.lr, trainer.temperature and trainer.group_timeout_s: must be > 0")
 

@@ -115,6 +115,7 @@ class Trainer:
         self.engine = EngineWeights(
             config.engine_url,
             gateway_url=config.gateway_url,
+            mode=config.weight_update,
             drain_timeout_s=config.drain_timeout_s,
             engine_key=config.engine_api_key,
             gateway_key=config.gateway_api_key,

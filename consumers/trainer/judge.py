@@ -20,7 +20,7 @@ from consumers.trainer.grpo import (
     non_finite_rewards,
 )
 from consumers.trainer.join import Coordinates, GroupState
-from consumers.trainer.samples import CallTreeError, Sample, Vocabulary, assemble
+from consumers.trainer.samples import CallTreeError, Sample, Vocabulary, assemble, oldest_trained_version
 from cua_stream.blobs import BlobStore
 from cua_stream.bus.codec import dead_letter
 from cua_stream.bus.consumer import handler_action
@@ -100,8 +100,10 @@ def assess(
         calls = [c for c in episode.calls if c.attempt == episode.score.attempt]  # the scored attempt's
         samples[episode_id] = assemble(calls, max_seq_len=max_seq_len, vocab=vocab).samples
         scored_calls += calls
-        oldest = min((s.oldest_version for s in samples[episode_id]), default=version)
-        results.append(EpisodeResult(episode_id, episode.score.verdict, oldest))
+        oldest = oldest_trained_version(samples[episode_id])
+        results.append(
+            EpisodeResult(episode_id, episode.score.verdict, version if oldest is None else oldest)
+        )
     decision = decide(results, policy, trainer_version=version)
     assert decision is not None  # the group is complete
     if bad := non_finite_rewards(results):

@@ -95,6 +95,15 @@ class Sample:
         return min(trained) if trained else NO_VERSION
 
 
+def oldest_trained_version(samples: Iterable[Sample]) -> int | None:
+    """The oldest weight version among the tokens ``samples`` train (None: no trained token has one).
+    The off-policy bound counts this token: a call sampled across a weight update (``in_place`` or
+    ``retract``) counts its older part, and the untrained tokens of a lineage (a parent's completion
+    trained in another sample, the prompt) count for nothing."""
+    versions = [s.oldest_version for s in samples if s.oldest_version != NO_VERSION]
+    return min(versions, default=None)
+
+
 @dataclass(frozen=True)
 class Assembly:
     """What ``assemble`` made of one episode's calls."""

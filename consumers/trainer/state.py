@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from consumers.trainer.grpo import GroupDecision
 from consumers.trainer.join import GroupState
-from consumers.trainer.samples import NO_VERSION, Sample
+from consumers.trainer.samples import Sample, oldest_trained_version
 from cua_stream.events import DeadLetter, GroupDropped
 from cua_stream.versions import too_stale
 
@@ -23,13 +23,9 @@ class Queued:
     @property
     def oldest_version(self) -> int | None:
         """The oldest weight version among the tokens it would train (None: no trained token has one)."""
-        versions = [
-            sample.oldest_version
-            for episode_id in self.decision.advantages
-            for sample in self.samples.get(episode_id, ())
-            if sample.oldest_version != NO_VERSION
-        ]
-        return min(versions, default=None)
+        return oldest_trained_version(
+            sample for episode_id in self.decision.advantages for sample in self.samples.get(episode_id, ())
+        )
 
 
 def stale_in_queue(

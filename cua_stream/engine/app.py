@@ -42,7 +42,9 @@ class EngineService:
     def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
         self.config = config
         self.runner = runner
-        self.scheduler = Scheduler(runner, max_running=config.max_running_requests)
+        self.scheduler = Scheduler(
+            runner, max_running=config.max_running_requests, step_latency_s=config.step_latency_s
+        )
         self._admit = asyncio.Event()
         self._admit.set()
         self.recent: deque[dict[str, Any]] = deque(maxlen=max(config.debug_history, 1))
@@ -265,12 +267,15 @@ def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
             runner.gate.pause(str(body.get("mode", "abort")))
         except EngineInputError as e:
             return _error(400, str(e))
-        return JSONResponse({"success": True, "message": "generation paused"})
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
 
     @app.post("/continue_generation")
-    async def continue_generation() -> JSONResponse:
+    async def continue_generation(request: Request) -> JSONResponse:
+        body = await _json_body(request, allow_empty=True)  # SGLang's ContinueGenerationReqInput: no fields
+        if isinstance(body, JSONResponse):
+            return body
         runner.gate.resume()
-        return JSONResponse({"success": True, "message": "generation continued"})
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
 
     @app.get("/health")
     async def health() -> JSONResponse:

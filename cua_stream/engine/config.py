@@ -22,6 +22,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Base of per-request sampling seeds when a request sets no ``sampling_seed``."""
     max_running_requests: int = 16
     """Requests decoded side by side (a token each per round); later ones wait in a FIFO queue."""
+    step_latency_s: float = 0.0
+    """Benchmarks only: each scheduling round (one token of every running request) takes at least this
+    long, as a batched GPU decode step does whatever its batch; 0: off."""
     debug_history: int = 0
     """Keep the last N requests' engine-side inputs and outputs at GET /debug/requests (0: off)."""
     api_key: Secret | None = None
@@ -43,5 +46,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
             raise ConfigError(f"engine.port: {self.port} is not a TCP port")
         if self.max_running_requests < 1:
             raise ConfigError("engine.max_running_requests: must be >= 1")
+        if not self.step_latency_s >= 0:
+            raise ConfigError("engine.step_latency_s: must be >= 0")
         if self.debug_history < 0:
             raise ConfigError("engine.debug_history: must be >= 0")

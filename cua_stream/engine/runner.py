@@ -60,14 +60,17 @@ class Gate:
     """Pause/continue shared by HTTP handlers and the scheduler thread.
 
     ``pause("abort")`` ends every request in flight or queued at its next step (finish_reason abort);
-    ``in_place`` and ``retract`` freeze them between steps (this engine keeps the KV cache for both) until
-    ``resume``. New requests wait while paused.
+    ``in_place`` and ``retract`` freeze them between steps until ``resume``. As in SGLang, ``in_place``
+    keeps their KV cache and ``retract`` drops it: a retracted request is prefilled again (prompt and
+    the tokens it has so far) under the weights it resumes with. New requests wait while paused.
     """
 
     def __init__(self) -> None:
         self._running = threading.Event()
         self._running.set()
         self._abort_epoch = 0
+        self.retract_epoch = 0
+        """Bumped by each retract-mode pause: a request that saw an older one recomputes its cache."""
 
     @property
     def paused(self) -> bool:
@@ -83,6 +86,8 @@ class Gate:
         self._running.clear()
         if mode == "abort":
             self._abort_epoch += 1
+        elif mode == "retract":
+            self.retract_epoch += 1
 
     def resume(self) -> None:
         self._running.set()
@@ -153,6 +158,8 @@ class Job:
     rope_delta: int = 0
     version: str = ""
     """The weight version of the weights that scored ``logits``."""
+    retract_epoch: int = 0
+    """The gate's retract epoch when ``cache`` was built (an older one: the cache was retracted)."""
     cancelled: str = ""
     """Why the request was cancelled (abort_request, client gone), or empty."""
     score_from: int | None = None
@@ -255,6 +262,7 @@ class ModelRunner:
             max_new_tokens=min(params.max_new_tokens, room),
             seed=seed,
             epoch=self.gate.epoch,
+            retract_epoch=self.gate.retract_epoch,
             gen=Generation([], [], {"type": "length", "length": min(params.max_new_tokens, room)}),
             generator=torch.Generator().manual_seed(seed),
             stop_ids=frozenset(params.stop_token_ids) | (frozenset() if params.ignore_eos else self.eos_ids),
@@ -281,8 +289,11 @@ class ModelRunner:
             return True
         if job.max_new_tokens == 0:
             return True
-        if job.logits is None:
-            ids = torch.tensor([job.input_ids], dtype=torch.long)
+        if job.retract_epoch != self.gate.retract_epoch:  # retracted: its cache is recomputed
+            job.cache = job.logits = None
+            job.retract_epoch = self.gate.retract_epoch
+        if job.logits is None:  # prefill: the prompt, and the tokens so far of a retracted request
+            ids = torch.tensor([job.input_ids + gen.output_ids], dtype=torch.long)
             with self._step_lock:
                 model, version = self.model, self.weight_version
                 positions, job.rope_delta = prompt_position_ids(model, ids, job.pixels.image_grid_thw)
@@ -293,7 +304,7 @@ class ModelRunner:
                     pixel_values=job.pixels.pixel_values,
                     image_grid_thw=job.pixels.image_grid_thw,
                 )
-            job.position, job.version = len(job.input_ids), version
+            job.position, job.version = ids.shape[1], version
         token, logprob = draw(job.logits[0, -1], params, job.generator)
         _append(gen, token, logprob, job.version)
         if token in job.stop_ids:

@@ -19,6 +19,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -40,9 +41,15 @@ class Ticket:
 
 
 class Scheduler:
-    def __init__(self, runner: ModelRunner, *, max_running: int = 16) -> None:
+    def __init__(self, runner: ModelRunner, *, max_running: int = 16, step_latency_s: float = 0.0) -> None:
         self.runner = runner
         self.max_running = max_running
+        self.step_latency_s = step_latency_s
+        """Each round lasts at least this long (benchmarks: a GPU's batched step, whatever the batch)."""
+        self.busy_s = 0.0
+        """Seconds spent in rounds that advanced a request (benchmarks read it: the engine's busy time)."""
+        self.slot_s = 0.0
+        """Those rounds' seconds times the requests each advanced (/ ``busy_s``: the mean batch)."""
         self._incoming: queue.SimpleQueue[Ticket] = queue.SimpleQueue()
         self._waiting: deque[Ticket] = deque()
         self._active: list[Ticket] = []
@@ -146,10 +153,22 @@ class Scheduler:
             self._finish(ticket)
 
     def _round(self) -> None:
-        """One step of every active request, in admission order."""
+        """One step of every active request, in admission order (at least ``step_latency_s`` long)."""
+        started = time.perf_counter()
+        advanced = self._advance_each()
+        if advanced:
+            if (rest := self.step_latency_s - (time.perf_counter() - started)) > 0:
+                time.sleep(rest)
+            took = time.perf_counter() - started
+            self.busy_s += took
+            self.slot_s += took * advanced
+
+    def _advance_each(self) -> int:
+        """Advance every active request by one step (until a pause); how many were advanced."""
+        advanced = 0
         for ticket in list(self._active):
             if self.runner.gate.paused:
-                return
+                break
             job = ticket.job
             if self.runner.aborted(job):
                 self._finish(ticket)
@@ -161,8 +180,10 @@ class Scheduler:
                 self._finish(ticket, error=e)
                 continue
             self.steps += 1
+            advanced += 1
             if finished:
                 self._finish(ticket)
+        return advanced
 
     def _end_aborted(self) -> None:
         for ticket in list(self._active):

@@ -11,6 +11,10 @@ Routes:
   the gateway around a weight update. Drain stops admitting chat calls (503 with Retry-After, after
   holding each up to ``drain_hold_s``) and answers once the calls in flight have been recorded, or
   after ``timeout_s`` with ``idle: false``; resume re-admits them.
+- ``POST /admin/pause_generation`` {mode: abort|retract|in_place} / ``POST /admin/continue_generation``
+  (SGLang's request and answer shapes): the trainer brackets a weight update that pauses the engine
+  instead of draining. Under ``retract`` the calls the engine aborts are continued under the new
+  weights, one record and one reply each (``retract``); the other modes need nothing of the gateway.
 - ``GET /health`` (liveness: the process answers; with the last known engine state),
   ``GET /ready`` (readiness: 200 only while the engine answers its health check and the gateway is not
   draining), ``GET /metrics`` (Prometheus text). These three need no API key (probes and scrapers).
@@ -39,6 +43,8 @@ from cua_stream.metrics import resident_memory
 log = logging.getLogger(__name__)
 
 DEFAULT_DRAIN_TIMEOUT_S = 60.0
+PAUSE_MODES = ("abort", "retract", "in_place")
+"""SGLang's ``PauseGenerationReqInput.mode`` values (its default is ``abort``)."""
 
 
 def _to_response(reply: Reply) -> Response:
@@ -186,6 +192,23 @@ def create_app(
     @app.post("/admin/resume")
     async def resume(request: Request) -> JSONResponse:
         return JSONResponse(_gateway(request).resume())
+
+    @app.post("/admin/pause_generation")
+    async def pause_generation(request: Request) -> JSONResponse:
+        try:
+            body = await _body(request, allow_empty=True)
+        except Refusal as r:
+            return _error(r.status, r.message, r.code)
+        mode = body.get("mode", "abort") if isinstance(body, dict) else None
+        if mode not in PAUSE_MODES:
+            return _error(400, f"mode: expected one of {', '.join(PAUSE_MODES)}, not {mode!r}")
+        _gateway(request).pause_generation(mode)
+        return JSONResponse({"message": "Generation paused successfully.", "status": "ok"})
+
+    @app.post("/admin/continue_generation")
+    async def continue_generation(request: Request) -> JSONResponse:
+        _gateway(request).continue_generation()
+        return JSONResponse({"message": "Generation continued successfully.", "status": "ok"})
 
     @app.get("/health")
     async def health(request: Request) -> JSONResponse:

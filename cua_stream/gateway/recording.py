@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -24,6 +24,7 @@ from cua_stream.gateway.metrics import GatewayMetrics
 from cua_stream.gateway.records import build_record, topic_for
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.rendering import PreparedImage, RenderedDelta
+from cua_stream.gateway.retract import RetractWindow, generate_continuing
 from cua_stream.gateway.session import Session
 
 log = logging.getLogger(__name__)
@@ -54,12 +55,18 @@ class Forced(NamedTuple):
 
 
 async def generate_storing_images(
-    engine: Engine, blobs: BlobStore, session: Session, prepared: Prepared, forced: Forced | None = None
+    engine: Engine,
+    blobs: BlobStore,
+    session: Session,
+    prepared: Prepared,
+    forced: Forced | None = None,
+    window: RetractWindow | None = None,
 ) -> tuple[EngineReply, tuple[ImageRef, ...]]:
     """Step 4, with step 5's image work (full decode, hash, blob write) done in a worker thread while
     the engine generates: the images are durable before the record is published, and their cost
     adds no latency to the turn. The image work always ends before this returns or raises; an engine
-    error takes precedence over a storage error."""
+    error takes precedence over a storage error. A generation aborted for a retract-mode weight update
+    (``window``) is continued under the new weights into one reply (``retract``)."""
     images = prepared.delta.images
     refs: tuple[ImageRef, ...] = ()
     store_error: Exception | None = None
@@ -80,12 +87,14 @@ async def generate_storing_images(
             tg.start_soon(store)
         try:
             if forced is None:
-                reply = await engine.generate(
-                    prepared.prompt_json,
-                    prepared.image_data,
-                    prepared.call.sampling,
-                    routing_key=session.session_id,
-                    rid=prepared.call_id,
+
+                async def generate(ids: JsonIds, sampling: dict[str, Any], rid: str) -> EngineReply:
+                    return await engine.generate(
+                        ids, prepared.image_data, sampling, routing_key=session.session_id, rid=rid
+                    )
+
+                reply = await generate_continuing(
+                    generate, prepared.prompt_json, prepared.call.sampling, prepared.call_id, window
                 )
             else:
                 reply = await engine.score(

@@ -54,6 +54,7 @@ from cua_stream.gateway.recording import (
 )
 from cua_stream.gateway.refusal import Refusal
 from cua_stream.gateway.rendering import RenderedDelta, Renderer
+from cua_stream.gateway.retract import RetractWindow
 from cua_stream.gateway.session import Session, SessionSpec
 from cua_stream.gateway.sessions import SessionTable
 from cua_stream.gateway.teacher import Teacher
@@ -102,6 +103,8 @@ class Gateway:
             clock=clock,
         )
         self.gate = DrainGate(drain_hold_s)
+        self.retract = RetractWindow()
+        """Open while a retract-mode weight update runs: the calls it aborts are continued."""
         self._engine_checked: tuple[float, bool, str] | None = None
 
     # -- sessions and drain: their own homes (``sessions``, ``drain``), named here for the app -----------
@@ -138,6 +141,17 @@ class Gateway:
 
     def resume(self) -> dict[str, Any]:
         return self.gate.resume()
+
+    def pause_generation(self, mode: str) -> None:
+        """The trainer is about to pause the engine in ``mode`` (SGLang's modes) for a weight update.
+        ``retract``: the calls it aborts are continued under the new weights until
+        ``continue_generation``; ``in_place`` and ``abort`` need nothing of the gateway (an abort is
+        refused as any engine abort is)."""
+        if mode == "retract":
+            self.retract.begin()
+
+    def continue_generation(self) -> None:
+        self.retract.end()
 
     def drain_status(self) -> dict[str, Any]:
         return self.gate.status()
@@ -283,7 +297,9 @@ class Gateway:
         prepared = await self.prepare_async(session, call)
         prep_ms = (time.perf_counter() - t0) * 1e3
         forced = await self._teacher_reply(session, prepared, body) if session.teacher else None
-        reply, images = await generate_storing_images(self.engine, self.blobs, session, prepared, forced)
+        reply, images = await generate_storing_images(
+            self.engine, self.blobs, session, prepared, forced, self.retract
+        )
         if reply.finish_reason == "abort":
             raise Refusal(reply.abort_status or 503, reply.abort_message, code="engine_abort")
         t1 = time.perf_counter()

@@ -228,13 +228,21 @@ def make_tiny_model(
     seed: int = 0,
     max_pixels: int = DEFAULT_MAX_PIXELS,
     size: str = "tiny",
+    never_stops: bool = False,
 ) -> Path:
-    """Build the tiny model, tokenizer, processor and chat template and save them to ``out_dir``."""
+    """Build the tiny model, tokenizer, processor and chat template and save them to ``out_dir``.
+    ``never_stops``: without the <|im_end|> head row (as unreachable as the other special tokens), so
+    every reply runs to its token budget: tests and benchmarks that need calls of a known length."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer, max_pixels=max_pixels)
     model = build_model(seed, size)
+    if never_stops:
+        import torch
+
+        with torch.no_grad():
+            model.lm_head.weight[IM_END_ID] = 0.0
     model.generation_config.eos_token_id = IM_END_ID
     model.generation_config.pad_token_id = ENDOFTEXT_ID
     model.save_pretrained(out)

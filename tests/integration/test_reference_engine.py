@@ -180,3 +180,61 @@ async def test_scoring_a_forced_completion_gives_the_logprobs_sampling_it_gave(e
         ):
             r = await http.post("/generate", json=bad)
             assert r.status_code == 400 and needle in r.text, r.text
+
+
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+async def test_a_retracted_request_is_prefilled_again_under_the_new_weights_as_sglang_does(
+    engine_url: str, tiny_model_dir: Path, other_weights: Path, mode: str
+) -> None:
+    """Both modes freeze a request across the update and answer SGLang's shapes; ``in_place`` keeps its
+    cache (the prefix's keys and values from the old weights), ``retract`` recomputes it, so only then
+    are the new weights' tokens scored as a fresh pass of the new weights over the whole sequence
+    scores them."""
+    async with httpx.AsyncClient(base_url=engine_url, timeout=120) as http:
+        old = (await http.get("/get_model_info")).json()["weight_version"]
+        rid = f"frozen-{mode}"
+        results: list[dict[str, Any]] = []
+        async with anyio.create_task_group() as tg:
+
+            async def long_generation() -> None:
+                body = {
+                    "text": PROMPT,
+                    "rid": rid,
+                    "sampling_params": {"temperature": 1.0, "max_new_tokens": 200, "ignore_eos": True},
+                    "return_logprob": True,
+                }
+                results.append((await http.post("/generate", json=body)).json())
+
+            tg.start_soon(long_generation)
+            await anyio.sleep(0.4)
+            paused = await http.post("/pause_generation", json={"mode": mode})
+            assert paused.json() == {"message": "Generation paused successfully.", "status": "ok"}
+            new = str(int(old) + 1)
+            update = {"model_path": str(other_weights), "weight_version": new}
+            assert (await http.post("/update_weights_from_disk", json=update)).json()["success"] is True
+            resumed = await http.post("/continue_generation", json={})
+            assert resumed.json() == {"message": "Generation continued successfully.", "status": "ok"}
+        (frozen,) = results
+        spans = frozen["meta_info"]["weight_versions"]
+        assert [s["version"] for s in spans] == [old, new]
+        cut = spans[0]["end"]
+        prompt_ids = {r["rid"]: r for r in (await http.get("/debug/requests")).json()}[rid]["input_ids"]
+        body = {
+            "input_ids": prompt_ids + frozen["output_ids"],
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 0},
+            "return_logprob": True,
+            "logprob_start_len": len(prompt_ids) + cut,
+        }
+        fresh = [
+            lp
+            for lp, _, _ in (await http.post("/generate", json=body)).json()["meta_info"][
+                "input_token_logprobs"
+            ]
+        ]
+        reported = [lp for lp, _, _ in frozen["meta_info"]["output_token_logprobs"][cut:]]
+        if mode == "retract":
+            assert reported == pytest.approx(fresh, abs=1e-4)
+        else:
+            assert reported != pytest.approx(fresh, abs=1e-4)
+        restore = {"model_path": str(tiny_model_dir), "weight_version": str(int(new) + 1)}
+        assert (await http.post("/update_weights_from_disk", json=restore)).json()["success"] is True

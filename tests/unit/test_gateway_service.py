@@ -230,6 +230,19 @@ async def test_drain_refuses_new_calls_waits_for_in_flight_and_resume_reopens(h:
     assert (await h.http.get(f"/sessions/{sid}")).json()["statuses"] == [503]
 
 
+async def test_the_admin_pause_routes_take_sglangs_shapes_and_retract_opens_the_window(h: Harness) -> None:
+    ok = {"message": "Generation paused successfully.", "status": "ok"}
+    assert (await h.http.post("/admin/pause_generation", json={"mode": "retract"})).json() == ok
+    assert h.gateway.retract.open == 1
+    r = await h.http.post("/admin/continue_generation", json={})
+    assert r.json() == {"message": "Generation continued successfully.", "status": "ok"}
+    assert h.gateway.retract.open == 0 and h.gateway.retract.epoch == 1
+    assert (await h.http.post("/admin/pause_generation", json={"mode": "in_place"})).status_code == 200
+    assert h.gateway.retract.epoch == 1  # in_place needs nothing of the gateway
+    bad = await h.http.post("/admin/pause_generation", json={"mode": "sideways"})
+    assert bad.status_code == 400 and "mode: expected one of abort, retract, in_place" in bad.text
+
+
 async def test_stream_is_answered_as_one_chunk_and_done(h: Harness) -> None:
     sid = await h.session()
     r = await h.chat(sid, [user_turn("hi")], stream=True)

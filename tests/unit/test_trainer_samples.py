@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.trainer.samples import NO_VERSION, CallTreeError, Vocabulary, assemble, completion_versions
+from consumers.trainer.samples import (
+    NO_VERSION,
+    CallTreeError,
+    Vocabulary,
+    assemble,
+    completion_versions,
+    oldest_trained_version,
+)
 from cua_stream.events import (
     CallKind,
     CallRecord,
@@ -135,6 +142,25 @@ def test_versions_follow_the_spans_and_prompt_tokens_have_none() -> None:
     (sample,) = assemble([c, call(1, 0, [5], [13], version=4)]).samples
     assert list(sample.token_versions) == [NO_VERSION, NO_VERSION, 3, 3, 4, NO_VERSION, 4]
     assert sample.oldest_version == 3
+
+
+def test_the_off_policy_version_is_the_oldest_trained_token_across_a_weight_update() -> None:
+    # c1 spans an update (v5 then v6, as in_place / retract record it); c0 was sampled by v2 but a
+    # second branch from it trains c0's tokens in the first sample only.
+    across = (VersionSpan(version=5, start=0, end=2), VersionSpan(version=6, start=2, end=4))
+    calls = [
+        call(0, None, [1], [10], version=2),
+        call(1, 0, [2], [11, 12, 13, 14], spans=across),
+        call(2, 0, [3, 3], [15], version=7),  # a later branch from c0: c1 has no child, both keep
+    ]
+    first, second = assemble(calls).samples
+    assert (first.leaf_call_id, second.leaf_call_id) == ("c1", "c2")
+    assert oldest_trained_version([first]) == 2  # c0's token is trained here
+    assert oldest_trained_version([second]) == 7  # c0's v2 token is in its prompt, untrained
+    (alone,) = assemble([call(0, None, [1], [11, 12, 13, 14], spans=across)]).samples
+    assert oldest_trained_version([alone]) == 5  # the older part of a call across an update counts
+    assert oldest_trained_version([alone, second]) == 5
+    assert oldest_trained_version([]) is None
 
 
 def test_images_come_in_prompt_order() -> None:

@@ -1,11 +1,14 @@
 """``cua-stream learn``'s plan and its learning curve. Pure: the seeds each phase uses, the settings of
 its daemons, and the fold of the run's records into reward per step and task.
 
-The phases: evaluate the base policy (a few sampled episodes per task), record oracle demonstrations
-(forced completions through the gateway), SFT on the rewarded ones, then GRPO through the whole
-streaming loop from the SFT weights. Seeds are kept apart by construction: demonstrations and
-evaluations use layout seeds at or above ``2**32``, GRPO's groups draw theirs from a CRC-32 of the
-group id (below ``2**32``), so GRPO never sees a layout SFT was shown.
+The phases: evaluate the base policy, record oracle demonstrations (forced completions through the
+gateway), SFT on the rewarded ones (probed by evaluations of its weights), evaluate the SFT policy, GRPO
+through the whole streaming loop from the SFT weights, evaluate the GRPO policy. Each evaluation is
+``cua-stream eval``'s (``cua_stream.evaluation``). Seeds are kept apart by construction: demonstrations
+use layout seeds at or above ``2**32``, evaluations and probes ``eval``'s range (``2**40`` and up; the
+evaluations the same layouts as ``cua-stream eval --seeds N``, the probes from index ``PROBE_FIRST``),
+GRPO's groups draw theirs from a CRC-32 of the group id (below ``2**32``): GRPO never sees a layout SFT
+was shown or a policy is measured on.
 """
 
 from __future__ import annotations
@@ -15,24 +18,28 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cua_stream.events import Reward, ScoreEvent, TrainStep, WorkRequest
+from cua_stream.evaluation.plan import EvalPlan, eval_seeds
+from cua_stream.evaluation.results import EvalResults
+from cua_stream.evaluation.stats import OVERALL, Summary, by_task
+from cua_stream.events import Reward, ScoreEvent, TaskRef, TrainStep, WorkRequest
 from cua_stream.tasks.policies import reply_action
 
 SEED_SPACE = 2**32
 """Seeds at or above this are never a group's CRC-32 (``identity.layout_seed``)."""
 EVAL_OFFSET = 1_000_000
 MAX_SEED = (2**40 - SEED_SPACE - 3 * EVAL_OFFSET) // (10 * EVAL_OFFSET)
-"""The largest ``--seed`` whose layouts (``SEED_SPACE + seed * 10^7`` and up, three kinds of up to 10^6)
-stay below the evaluation range (``cua_stream.evaluation.plan``, 2^40 and up)."""
+"""The largest ``--seed`` whose demonstration layouts (``SEED_SPACE + seed * 10^7`` and up) stay below
+the evaluation range (``cua_stream.evaluation.plan``, 2^40 and up)."""
+PROBE_FIRST = 2**31
+"""The index in the evaluation range of the SFT probes' first layout: apart from the evaluations' (from
+index 0), so that the layouts that decide where SFT ends are not the ones it is then measured on."""
 
 
 def plan_problem(plan: LearnPlan) -> str | None:
     """``<field>: what it must be`` for the first setting of ``plan`` out of its range, or None."""
     from cua_stream.models.tiny import SIZES
 
-    per_kind = (
-        EVAL_OFFSET - 1
-    )  # layouts of one kind (demonstrations, evaluations, probes) never reach the next
+    per_kind = EVAL_OFFSET - 1  # demonstrations never reach the next seed's; evaluations never the probes'
     checks: list[tuple[str, bool, str]] = [
         ("seed", 0 <= plan.seed <= MAX_SEED, f"in 0..{MAX_SEED} (its layouts stay below evaluation's, 2^40)"),
         ("demo_seeds", 1 <= plan.demo_seeds <= per_kind, f"in 1..{per_kind}"),
@@ -168,15 +175,17 @@ class LearnPlan:
         base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET
         return [base + i for i in range(self.demo_seeds)]
 
-    def eval_layouts(self) -> list[int]:
-        base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET + EVAL_OFFSET
-        return [base + i for i in range(self.eval_episodes)]
+    def evaluation_plan(self) -> EvalPlan:
+        """The base, SFT and GRPO policies' evaluation: ``eval_episodes`` held-out layouts per task."""
+        return self._eval_plan(eval_seeds(0, self.eval_episodes))
 
-    def probe_layouts(self) -> list[int]:
-        """The same layouts at every probe (its epochs compare on one set), apart from demonstrations,
-        evaluations and GRPO's."""
-        base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET + 2 * EVAL_OFFSET
-        return [base + i for i in range(self.probe_episodes)]
+    def probe_plan(self) -> EvalPlan:
+        """An SFT probe's: the same layouts at every probe (its epochs compare on one set), apart from
+        demonstrations, evaluations and GRPO's."""
+        return self._eval_plan(eval_seeds(PROBE_FIRST, self.probe_episodes))
+
+    def _eval_plan(self, seeds: list[int]) -> EvalPlan:
+        return EvalPlan(tasks=tuple(TaskRef(name=t) for t in self.tasks), samples=1, seeds=tuple(seeds))
 
     def warm_enough(self, success: float) -> bool:
         """Whether a probe's success rate ends SFT."""
@@ -280,12 +289,20 @@ def success_by_task(work: Sequence[WorkRequest], scores: Mapping[str, ScoreEvent
     return {t: statistics.fmean(v) for t, v in out.items()}
 
 
-def window_success(curve: Curve, window: int, *, last: bool) -> dict[str, float]:
-    """Per task, the mean reward over the first (or last) ``window`` steps that held the task."""
-    out = {}
-    for task, values in curve.by_task.items():
-        held = [v for v in values if v is not None]
-        picked = held[-window:] if last else held[:window]
-        if picked:
-            out[task] = statistics.fmean(picked)
-    return out
+def evaluation_entry(results: EvalResults, path: str) -> dict[str, object]:
+    """An evaluation as ``curve.json`` holds it: its run and results file, and per task and overall the
+    success rate with its 95 % Wilson interval (the file has every episode)."""
+    return {
+        "run_id": results.run_id,
+        "results": path,
+        "by_task": {task: _rate(s) for task, s in by_task(results.episodes).items()},
+    }
+
+
+def _rate(s: Summary) -> dict[str, float | int | None]:
+    return {"success": s.success_rate, "low": s.interval.low, "high": s.interval.high,
+            "successes": s.successes, "scored": s.scored, "episodes": s.episodes}  # fmt: skip
+
+
+def overall(results: EvalResults) -> Summary:
+    return by_task(results.episodes)[OVERALL]

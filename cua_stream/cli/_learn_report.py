@@ -1,11 +1,12 @@
 """What `cua-stream learn` shows at its end: the reward curve read back from the run's topics, the table
-of success before and after, where the time went, and the curve as a PNG and JSON."""
+of the base, SFT and GRPO policies' evaluations (success with 95 % intervals), where the time went, and
+the curve as a PNG and JSON."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
@@ -13,6 +14,8 @@ from cua_stream.cli._stack import out
 from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
+    from cua_stream.evaluation.results import EvalResults
+    from cua_stream.evaluation.stats import Summary
     from cua_stream.events import TrainStep
     from cua_stream.learn import Curve, LearnPlan
 
@@ -39,20 +42,28 @@ async def curve_of(bus: BusConfig, run_id: str, model: Path) -> Curve:
 
 
 def report(
-    plan: LearnPlan, curve: Curve, before: dict[str, float], trained: list[TrainStep],
-    timings: dict[str, float], probes: list[dict[str, float]], home: Path, run: str, total_s: float,
+    plan: LearnPlan, curve: Curve, evaluated: dict[str, EvalResults], trained: list[TrainStep],
+    timings: dict[str, float], probes: list[dict[str, Any]], home: Path, run: str, total_s: float,
 ) -> None:  # fmt: skip
-    from cua_stream.learn import window_success
+    """``evaluated``: the evaluations by policy name (base, sft, grpo), their files in ``home/eval``."""
+    from cua_stream.evaluation.stats import OVERALL, by_task
+    from cua_stream.learn import evaluation_entry
 
-    first, last = curve.ends(plan.window)
-    after_sft = window_success(curve, plan.window, last=False)
-    after_grpo = window_success(curve, plan.window, last=True)
-    table = Table("task", "base policy", f"after SFT (first {plan.window} steps)",
-                  f"after GRPO (last {plan.window} steps)", title=f"run {run}")  # fmt: skip
-    for task in plan.tasks:
-        cells = [before.get(task), after_sft.get(task), after_grpo.get(task)]
-        table.add_row(task, *("-" if v is None else f"{v:.2f}" for v in cells))
+    columns = {"base": "base policy", "sft": "after SFT", "grpo": "after GRPO"}
+    table = Table("task", *(columns.get(name, name) for name in evaluated),
+                  title=f"run {run}: success on {plan.eval_episodes} held-out layout(s) per task "
+                        "(95% Wilson interval)")  # fmt: skip
+    summaries = [by_task(results.episodes) for results in evaluated.values()]
+    for task in summaries[0]:
+        if task == OVERALL:
+            table.add_section()
+        table.add_row(task, *(_cell(s.get(task)) for s in summaries))
     out.print(table)
+    files = {name: home / "eval" / f"{name}.json" for name in evaluated}
+    if {"sft", "grpo"} <= set(files):
+        out.print(f"results files in {home / 'eval'}; did GRPO beat SFT (the difference, its interval): "
+                  f"[bold]cua-stream eval --compare {files['sft']} {files['grpo']}[/bold]")  # fmt: skip
+    first, last = curve.ends(plan.window)
     out.print(
         f"mean reward, first {plan.window} GRPO steps -> last {plan.window}: {first:.3f} -> {last:.3f} "
         f"({last - first:+.3f}) over {len(curve.steps)} steps"
@@ -68,11 +79,19 @@ def report(
     plot(curve, png, f"{run}: reward per GRPO step (after SFT)")
     (home / "curve.json").write_text(
         json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task,
-                    "valid_actions": curve.valid, "base": before, "sft_probes": probes,
+                    "valid_actions": curve.valid,
+                    "evaluations": {name: evaluation_entry(r, str(files[name])) for name, r in evaluated.items()},
+                    "sft_probes": probes,
                     "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
     )  # fmt: skip
     out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "
               f"[bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
+
+
+def _cell(s: Summary | None) -> str:
+    if s is None or s.success_rate is None:
+        return "-"
+    return f"{s.success_rate:.2f} [{s.interval.low:.2f}, {s.interval.high:.2f}] ({s.successes}/{s.scored})"
 
 
 def plot(curve: Curve, path: Path, title: str) -> None:

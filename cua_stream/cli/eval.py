@@ -29,20 +29,20 @@ from cua_stream.cli._stack import (
     engine_and_gateway,
     episode_producer,
     out,
-    run_episodes,
     teacher_stack,
 )
 from cua_stream.config import BusConfig, build, state_dir
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
 from cua_stream.evaluation.report import report_of
+from cua_stream.evaluation.run import Evaluation, evaluate, publish_report
 from cua_stream.events import EvalReport
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 from cua_stream.topics import EVALS
 
 if TYPE_CHECKING:
-    from cua_stream.events import OutcomeEvent, PolicyVersion, ScoreEvent
-    from producers.config import ProducerConfig
+    from cua_stream.evaluation.follow import FollowMetrics
+    from cua_stream.events import PolicyVersion
 
 FOLLOW_POLL_S = 2.0
 """How often a following evaluation looks for a new version of its run."""
@@ -97,6 +97,13 @@ def eval_(
     until_version: Annotated[
         int, typer.Option(help="With --follow: stop once this version is evaluated (0: follow until Ctrl-C).")
     ] = 0,
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            help="With --follow: serve the evaluation's lag behind training as Prometheus text on this "
+            "port (0: any free one)."
+        ),
+    ] = None,
     compare: Annotated[
         tuple[Path, Path] | None,
         typer.Option(help="Compare two results files (A B): B's success minus A's, per task; runs nothing."),
@@ -121,6 +128,8 @@ def eval_(
     plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
     if follow and policy:
         raise typer.BadParameter("a scripted policy has no versions to follow", param_hint="--follow")
+    if metrics_port is not None and not (follow and 0 <= metrics_port <= 65535):
+        raise typer.BadParameter("a port in 0..65535, with --follow", param_hint="--metrics-port")
     if every < 1 or until_version < 0:
         raise typer.BadParameter("--every at least 1, --until-version at least 0", param_hint="--every")
     # following a run, the default id is the same at every start: a restart resumes the evaluation
@@ -160,8 +169,8 @@ def eval_(
         step(f"starting the engine and the gateway (logs in {logs})")
         stack = engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs)
         sampling = sampling_of(temperature, max_new_tokens)
-    ctx = _Evaluation(plan=plan, producer=producer, sampling=sampling, teacher=policy or None,
-                      label=policy or str(model), success_at=success_at,
+    ev = Evaluation(plan=plan, producer=producer, sampling=sampling, teacher=policy or None)
+    ctx = _Evaluation(ev=ev, label=policy or str(model), success_at=success_at,
                       out=out_file or state_dir() / "eval" / (run if follow else f"{run}.json"))  # fmt: skip
     with stack:
         step(
@@ -172,59 +181,61 @@ def eval_(
         )
         if follow:
             urls = (f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}")
-            anyio.run(_follow, ctx, run, follow, every, until_version, urls)
+            anyio.run(_follow, ctx, run, follow, every, until_version, urls, metrics_port)
         else:
             anyio.run(_evaluate, ctx, run, None)
 
 
 @dataclass(frozen=True)
 class _Evaluation:
-    """What each evaluation of this command runs: its plan, producer and sampling, and where it writes."""
+    """What each evaluation of this command runs (``ev``), how its results read and where they go."""
 
-    plan: EvalPlan
-    producer: ProducerConfig
-    sampling: dict[str, Any]
-    teacher: str | None
+    ev: Evaluation
     label: str
     success_at: float
     out: Path
     """The results file; following a run, the directory of one file per version."""
 
 
-async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -> None:
-    """One evaluation: its episodes run (the ones a killed earlier start of ``run`` did not issue; none is
-    played twice), the table printed, the results written and published."""
-    from consumers.trainer.feeder import instance_work
-
-    plan, bus = ctx.plan, ctx.producer.bus
-    work = instance_work(run, plan.tasks, plan.seeds, samples=plan.samples, sampling=ctx.sampling,
-                         now=time.time(), teacher=ctx.teacher)  # fmt: skip
-    scores = await run_episodes(ctx.producer, work, resume=True)
-    outcomes = await scored_outcomes(bus, scores)
-    results = files.EvalResults(
-        run_id=run,
-        policy=version.weights_path if version else ctx.label,
-        environment=ctx.producer.environment,
-        samples=plan.samples,
-        seeds=list(plan.seeds),
-        tasks=[t.name for t in plan.tasks],
-        created_at=time.time(),
-        episodes=files.episodes_of(work, scores, outcomes),
-    )
+async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -> EvalReport:
+    """One evaluation (``evaluation.run.evaluate``): the table printed, the results written and
+    published (the report returned)."""
+    results = await evaluate(ctx.ev, run, version.weights_path if version else ctx.label)
     path = ctx.out / f"v{version.version}.json" if version else ctx.out
     files.save(path, results)
     _console().print(results_table(results, ctx.success_at))
     out.print(f"Episodes written to [bold]{path}[/bold]")
-    await publish_report(bus, report_of(results, success_at=ctx.success_at, version=version))
+    bus = ctx.ev.producer.bus
+    report = report_of(results, success_at=ctx.success_at, version=version)
+    await publish_report(bus, report)
     out.print(f"Results published to [bold]{bus.topics().name_of(EVALS)}[/bold] (the dashboard's eval panel)")
+    return report
 
 
 async def _follow(
-    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str]
-) -> None:
+    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str],
+    metrics_port: int | None,
+) -> None:  # fmt: skip
     """Evaluate ``of_run``'s versions as they are published: load each on this command's engine (its own:
     the run's engines never wait for an evaluation), evaluate it, publish the results; a version this
-    evaluation has results for (an earlier start's) is not evaluated again."""
+    evaluation has results for (an earlier start's) is not evaluated again. With ``metrics_port``, how
+    far behind the run it is, on ``/metrics`` (``evaluation.follow.FollowMetrics``)."""
+    from cua_stream.evaluation.follow import FollowMetrics
+    from cua_stream.metrics import serve_metrics
+
+    metrics = FollowMetrics(of_run)
+    async with anyio.create_task_group() as tg:
+        if metrics_port is not None:
+            port = await tg.start(serve_metrics, metrics.render, "127.0.0.1", metrics_port)
+            out.print(f"    the evaluation's lag on [bold]http://127.0.0.1:{port}/metrics[/bold]")
+        await _follow_versions(ctx, run, of_run, every, until, urls, metrics)
+        tg.cancel_scope.cancel()
+
+
+async def _follow_versions(
+    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str],
+    metrics: FollowMetrics,
+) -> None:  # fmt: skip
     import httpx
 
     from consumers.trainer.weights import push_weights
@@ -232,7 +243,7 @@ async def _follow(
     from cua_stream.evaluation.follow import due, evaluated_versions, version_run
     from cua_stream.topics import POLICY
 
-    bus = ctx.producer.bus
+    bus = ctx.ev.producer.bus
     reports = [d.event async for d in scan(bus, EVALS)]
     done = evaluated_versions([r for r in reports if isinstance(r, EvalReport)], run, of_run)
     if done:
@@ -241,6 +252,7 @@ async def _follow(
     async with httpx.AsyncClient() as http:
         while not (until and max(done, default=0) >= until):
             policies = [d.event async for d in scan(bus, POLICY) if d.event.run_id == of_run]
+            metrics.seen(policies, done)  # type: ignore[arg-type]
             version = due(policies, done, every)  # type: ignore[arg-type]
             if version is None:
                 if not waiting:
@@ -252,7 +264,7 @@ async def _follow(
             out.print(f"[bold]v{version.version}[/bold] of {of_run}: {version.weights_path}")
             await push_weights(http, engine_url=urls[0], gateway_url=urls[1],
                                weights=Path(version.weights_path), version=version.version)  # fmt: skip
-            await _evaluate(ctx, version_run(run, version.version), version)
+            metrics.reported(await _evaluate(ctx, version_run(run, version.version), version))
             done.add(version.version)
 
 
@@ -306,26 +318,3 @@ def _console() -> Console:
     """Where the tables go: the terminal, or 160 columns where the output is not one (a log, a pipe),
     so that a table of ten columns is not squeezed into 80."""
     return out if out.is_terminal else Console(highlight=False, width=160)
-
-
-async def publish_report(bus: BusConfig, report: EvalReport) -> None:
-    from cua_stream.bus.producer import EventProducer
-
-    async with EventProducer(bus) as producer:
-        await producer.publish(EVALS, report)
-
-
-async def scored_outcomes(
-    bus: BusConfig, scores: dict[str, ScoreEvent]
-) -> dict[tuple[str, int], OutcomeEvent]:
-    """The outcomes of the scored attempts (each durable before its score), by episode id and attempt."""
-    from cua_stream.bus.reader import scan
-    from cua_stream.topics import OUTCOMES
-
-    wanted = {(s.episode_id, s.attempt) for s in scores.values()}
-    found: dict[tuple[str, int], OutcomeEvent] = {}
-    async for d in scan(bus, OUTCOMES):
-        key = (d.event.episode_id, d.event.attempt)
-        if key in wanted:
-            found[key] = d.event
-    return found

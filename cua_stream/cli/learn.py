@@ -1,12 +1,14 @@
 """`cua-stream learn`: a learning curve on one machine — evaluate the base policy, record oracle
-demonstrations, SFT warm start, then GRPO through the whole streaming loop; the reward per step and
-task plotted to a PNG (and on the dashboard: it reads the same topics)."""
+demonstrations, SFT warm start, evaluate it, then GRPO through the whole streaming loop and evaluate
+its policy; the reward per step and task plotted to a PNG (and on the dashboard: it reads the same
+topics). Every evaluation (and SFT probe) is ``cua-stream eval``'s: its results file under
+``<home>/learn/<run>/eval/`` (``eval --compare`` reads them) and its report on the evals topic."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,7 +33,9 @@ from cua_stream.config import BusConfig, state_dir
 
 if TYPE_CHECKING:
     from consumers.trainer.sft_run import EpochStats
-    from cua_stream.events import ScoreEvent, TrainStep, WorkRequest
+    from cua_stream.evaluation.results import EvalResults
+    from cua_stream.evaluation.run import Evaluation
+    from cua_stream.events import TrainStep
     from cua_stream.learn import LearnPlan
     from producers.config import ProducerConfig
 
@@ -52,7 +56,9 @@ def learn(
     ] = "click-test",
     demo_tasks: Annotated[str, typer.Option(help="Tasks demonstrated for SFT (default: --tasks).")] = "",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
-    eval_episodes: Annotated[int, typer.Option(help="Episodes per task measuring the base policy.")] = 4,
+    eval_episodes: Annotated[
+        int, typer.Option(help="Held-out layouts per task measuring the base, SFT and GRPO policies.")
+    ] = 4,
     sft_epochs: Annotated[int, typer.Option(help="The most SFT passes over the demonstrations.")] = 30,
     sft_target_nll: Annotated[
         float,
@@ -106,12 +112,14 @@ def learn(
     policies_port: Annotated[int, typer.Option(help="Scripted-policy server port (the teacher).")] = 8090,
     config: ConfigFile = None,
 ) -> None:
-    """Base evaluation, oracle demonstrations, SFT, then GRPO steps through the producer, gateway, engine,
-    scorer and trainer; prints the curve and per-task success, writes <home>/learn/<run>/curve.png."""
+    """Base evaluation, oracle demonstrations, SFT and its evaluation, then GRPO steps through the producer,
+    gateway, engine, scorer and trainer and their evaluation; prints the curve and per-task success (95 %
+    intervals), writes <home>/learn/<run>/curve.png and the evaluations' results files."""
     from transformers.utils import logging as transformers_logging
 
-    from consumers.trainer.feeder import demonstration_work, instance_work, sampling_of
+    from consumers.trainer.feeder import demonstration_work, sampling_of
     from cua_stream.desktop.doctor import require_desktop
+    from cua_stream.evaluation.run import Evaluation
     from cua_stream.learn import success_by_task
     from cua_stream.models.tiny import make_tiny_model
     from producers.config import producer_config
@@ -142,61 +150,93 @@ def learn(
     )
     require_desktop()
     transformers_logging.disable_progress_bar()
-    step = Steps(7)
+    step = Steps(9)
     _, bus = broker_and_topics(file_data, step)
     producer = msgspec.structs.replace(producer, bus=bus)
+    sampling = sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p)
+    evals = _Evaluations(run, home / "eval", Evaluation(plan.evaluation_plan(), producer, sampling))
     timings: dict[str, float] = {}
 
     step(f"building the base policy ({plan.model_size} random Qwen3-VL, seed {seed})")
     base = make_tiny_model(home / "base", seed=seed, size=plan.model_size)
     logs = home / "logs"
     step(
-        f"evaluating the base policy ({plan.eval_episodes} per task) and recording {plan.demo_seeds} oracle "
-        f"demonstrations per task of {', '.join(plan.demonstrated)} through the gateway (logs in {logs})"
+        f"evaluating the base policy ({plan.eval_episodes} held-out layouts per task) and recording "
+        f"{plan.demo_seeds} oracle demonstrations per task of {', '.join(plan.demonstrated)} through the "
+        f"gateway (logs in {logs})"
     )
     t0 = time.monotonic()
-    evaluation = instance_work(
-        f"{run}-base", list(plan.tasks), plan.eval_layouts(),
-        sampling=sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p),
-        now=time.time(),
-    )  # fmt: skip
     demonstrations = demonstration_work(
         f"{run}-oracle", plan.demonstrated, plan.demo_layouts(), now=time.time()
     )
     with teacher_stack(
         base, bus, engine_port=engine_port, gateway_port=gateway_port, policies_port=policies_port, logs=logs
     ):
-        scores = anyio.run(run_episodes, producer, evaluation + demonstrations)
+        before = anyio.run(evals.of, "base")
+        scores = anyio.run(run_episodes, producer, demonstrations)
     timings["evaluation and demonstrations"] = time.monotonic() - t0
-    before = success_by_task(evaluation, scores)
     recorded = success_by_task(demonstrations, scores)
-    out.print(f"    base policy success: {_pct(before)}; oracle demonstrations rewarded: {_pct(recorded)}")
+    out.print(f"    base policy success: {_rates(before)}; oracle demonstrations rewarded: {_pct(recorded)}")
 
     step(f"SFT on the rewarded demonstrations, {_sft_end(plan)}")
     t0 = time.monotonic()
     with ExitStack() as probe_stack:
-        prober = _Prober(plan, producer, base, run, probe_stack, engine_port=engine_port,
-                         gateway_port=gateway_port, logs=logs)  # fmt: skip
+        prober = _Prober(plan, _Evaluations(run, evals.home, Evaluation(plan.probe_plan(), producer, sampling)),
+                         base, probe_stack, engine_port=engine_port, gateway_port=gateway_port, logs=logs)  # fmt: skip
         sft_model = _sft(plan, bus, base, home, f"{run}-oracle", prober)
     timings["SFT"] = time.monotonic() - t0
 
-    # the step in progress at the deadline still finishes, and the curve is drawn after it: keep room
-    deadline = started + budget_minutes * 60 - WRAP_UP_S
-    step(
-        f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
-        f"episodes on new layouts (sampling {_sampling(plan)}; {_update(plan)}), ending within "
-        f"{budget_minutes:g} min of the start"
-    )
-    t0 = time.monotonic()
     with engine_and_gateway(
         sft_model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs
     ) as s:
+        step(f"evaluating the SFT policy ({plan.eval_episodes} held-out layouts per task)")
+        t0 = time.monotonic()
+        after_sft = anyio.run(evals.of, "sft")
+        timings["evaluations after SFT and GRPO"] = eval_s = time.monotonic() - t0
+        out.print(f"    SFT policy success: {_rates(after_sft)}")
+        # the step in progress at the deadline still finishes, then the GRPO policy's evaluation (as long
+        # as the SFT policy's took) and the curve: keep room for them
+        deadline = started + budget_minutes * 60 - WRAP_UP_S - eval_s
+        step(
+            f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
+            f"episodes on new layouts (sampling {_sampling(plan)}; {_update(plan)}), ending within "
+            f"{budget_minutes:g} min of the start"
+        )
+        t0 = time.monotonic()
         trained = anyio.run(_grpo, plan, producer, sft_model, s.engine_url, f"{run}-grpo", home, deadline)
-    timings["GRPO"] = time.monotonic() - t0
+        timings["GRPO"] = time.monotonic() - t0
+        step(f"evaluating the GRPO policy ({plan.eval_episodes} held-out layouts per task)")
+        t0 = time.monotonic()
+        after_grpo = anyio.run(evals.of, "grpo")  # the engine serves the trainer's last version
+        timings["evaluations after SFT and GRPO"] += time.monotonic() - t0
+        out.print(f"    GRPO policy success: {_rates(after_grpo)}")
 
     step("the curve")
     curve = anyio.run(curve_of, bus, f"{run}-grpo", base)
-    report(plan, curve, before, trained, timings, prober.history, home, run, time.monotonic() - started)
+    evaluated = {"base": before, "sft": after_sft, "grpo": after_grpo}
+    report(plan, curve, evaluated, trained, timings, prober.history, home, run, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class _Evaluations:
+    """``learn``'s evaluations: ``cua-stream eval``'s (``ev``) of whatever policy the gateway serves,
+    under the run id ``eval-<run>-<name>``, written to ``home/<name>.json`` and published on the evals
+    topic under the policy name ``name`` (base, sft, grpo, sft-e<epoch>)."""
+
+    run: str
+    home: Path
+    ev: Evaluation
+
+    async def of(self, name: str) -> EvalResults:
+        from cua_stream.evaluation.report import report_of
+        from cua_stream.evaluation.results import save
+        from cua_stream.evaluation.run import evaluate, publish_report
+        from cua_stream.identity import EVAL_RUN_PREFIX
+
+        results = await evaluate(self.ev, f"{EVAL_RUN_PREFIX}{self.run}-{name}", name)
+        save(self.home / f"{name}.json", results)
+        await publish_report(self.ev.producer.bus, report_of(results))
+        return results
 
 
 def _sft_end(plan: LearnPlan) -> str:
@@ -213,44 +253,39 @@ def _sft_end(plan: LearnPlan) -> str:
 
 class _Prober:
     """Judges SFT's weights by the policy's own episodes: an engine and gateway (started at the first
-    probe) load each probed epoch's weights, and ``plan.probe_episodes`` run as GRPO's will (its sampling,
-    layouts nobody trains on)."""
+    probe) load each probed epoch's weights, and an evaluation of ``plan.probe_episodes`` layouts per
+    task runs as GRPO's episodes will (its sampling, layouts nobody trains or is measured on)."""
 
     def __init__(
-        self, plan: LearnPlan, producer: ProducerConfig, base: Path, run: str, stack: ExitStack, *,
+        self, plan: LearnPlan, evals: _Evaluations, base: Path, stack: ExitStack, *,
         engine_port: int, gateway_port: int, logs: Path,
     ) -> None:  # fmt: skip
-        self.plan, self.producer, self.base, self.run, self.stack = plan, producer, base, run, stack
+        self.plan, self.evals, self.base, self.stack = plan, evals, base, stack
         self.ports, self.logs = (engine_port, gateway_port), logs
         self.serving: Serving | None = None
-        self.history: list[dict[str, float]] = []
+        self.history: list[dict[str, Any]] = []
 
     def __call__(self, weights: Path, epoch: EpochStats) -> bool:
-        from consumers.trainer.feeder import instance_work, sampling_of
-        from cua_stream.learn import success_by_task
+        from cua_stream.learn import overall
 
-        plan = self.plan
         if self.serving is None:
             self.serving = self.stack.enter_context(
-                engine_and_gateway(self.base, self.producer.bus, engine_port=self.ports[0],
+                engine_and_gateway(self.base, self.evals.ev.producer.bus, engine_port=self.ports[0],
                                    gateway_port=self.ports[1], logs=self.logs)
             )  # fmt: skip
-        work = instance_work(
-            f"{self.run}-sft-e{epoch.epoch:g}", list(plan.tasks), plan.probe_layouts(),
-            sampling=sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p),
-            now=time.time(),
-        )  # fmt: skip
-        scores = anyio.run(self._episodes, weights, len(self.history) + 1, work)
-        success = statistics.fmean(success_by_task(work, scores).values())
-        self.history.append({"epoch": epoch.epoch, "nll": epoch.nll or 0.0, "success": success})
-        enough = plan.warm_enough(success)
+        results = anyio.run(self._evaluate, weights, len(self.history) + 1, f"sft-e{epoch.epoch:g}")
+        s = overall(results)
+        success = s.success_rate or 0.0  # nothing scored: no sign of a warm policy
+        self.history.append({"epoch": epoch.epoch, "nll": epoch.nll or 0.0, "success": success,
+                             "low": s.interval.low, "high": s.interval.high, "run_id": results.run_id})  # fmt: skip
+        enough = self.plan.warm_enough(success)
         out.print(
-            f"    epoch {epoch.epoch:g}: {success:.0%} of {len(work)} sampled episodes succeed"
-            + (" — GRPO starts here" if enough else "")
+            f"    epoch {epoch.epoch:g}: {success:.0%} of {s.scored} sampled episodes succeed "
+            f"(95% CI {s.interval.low:.2f}-{s.interval.high:.2f})" + (" — GRPO starts here" if enough else "")
         )
         return enough
 
-    async def _episodes(self, weights: Path, version: int, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
+    async def _evaluate(self, weights: Path, version: int, name: str) -> EvalResults:
         import httpx
 
         from consumers.trainer.weights import push_weights
@@ -259,7 +294,7 @@ class _Prober:
         async with httpx.AsyncClient() as http:
             await push_weights(http, engine_url=self.serving.engine_url, gateway_url=self.serving.gateway_url,
                                weights=weights, version=version)  # fmt: skip
-        return await run_episodes(self.producer, work)
+        return await self.evals.of(name)
 
 
 def _per_epoch(n: int) -> str:
@@ -294,6 +329,20 @@ def _update(plan: LearnPlan) -> str:
 
 def _pct(values: dict[str, float]) -> str:
     return ", ".join(f"{t} {v:.0%}" for t, v in values.items()) or "none"
+
+
+def _rates(results: EvalResults) -> str:
+    """Per task: successes of the scored episodes, with the rate's 95 % interval."""
+    from cua_stream.evaluation.stats import OVERALL, by_task
+
+    tasks = [(t, s) for t, s in by_task(results.episodes).items() if t != OVERALL]
+    return (
+        ", ".join(
+            f"{t} {s.successes}/{s.scored} (95% CI {s.interval.low:.2f}-{s.interval.high:.2f})"
+            for t, s in tasks
+        )
+        or "none"
+    )
 
 
 def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, prober: _Prober) -> Path:

@@ -1,10 +1,12 @@
-"""Which of a training run's published versions an evaluation that follows the run takes next. Pure."""
+"""Which of a training run's published versions an evaluation that follows the run takes next, and how
+far behind the run it is (its metrics). Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from cua_stream.events import EvalReport, PolicyVersion
+from cua_stream.metrics import Registry
 
 
 def due(published: Iterable[PolicyVersion], evaluated: set[int], every: int) -> PolicyVersion | None:
@@ -31,3 +33,45 @@ def evaluated_versions(reports: Iterable[EvalReport], run_id: str, of_run: str) 
         and r.policy_version is not None
         and r.run_id == version_run(run_id, r.policy_version)
     }
+
+
+class FollowMetrics:
+    """An evaluation that follows a run, as Prometheus metrics (``eval --follow --metrics-port``): how
+    far behind training it is, in seconds and in versions."""
+
+    def __init__(self, of_run: str) -> None:
+        self.of_run = of_run
+        self.registry = Registry()
+        self.versions = self.registry.counter(
+            "cua_eval_versions_total", "Versions of the followed run this process evaluated.", ("of_run",)
+        )
+        self.lag = self.registry.gauge(
+            "cua_eval_lag_seconds",
+            "The last evaluated version's lag: its publication (PolicyVersion) to its eval report.",
+            ("of_run",),
+        )
+        self.evaluated_version = self.registry.gauge(
+            "cua_eval_evaluated_version", "The newest version of the followed run evaluated.", ("of_run",)
+        )
+        self.published_version = self.registry.gauge(
+            "cua_eval_published_version", "The newest version the followed run has published.", ("of_run",)
+        )
+
+    def seen(self, published: Iterable[PolicyVersion], evaluated: set[int]) -> None:
+        """What the run has published and what is evaluated (an earlier start's evaluations included)."""
+        newest = max((p.version for p in published), default=0)
+        self.published_version.set(max(newest, self.published_version.value(of_run=self.of_run)),
+                                   of_run=self.of_run)  # fmt: skip
+        self.evaluated_version.set(max(evaluated, default=0), of_run=self.of_run)
+
+    def reported(self, report: EvalReport) -> None:
+        """One version evaluated by this process and its report published."""
+        self.versions.inc(of_run=self.of_run)
+        if report.policy_version is not None:
+            newest = max(report.policy_version, int(self.evaluated_version.value(of_run=self.of_run)))
+            self.evaluated_version.set(newest, of_run=self.of_run)
+        if report.version_published_at is not None:
+            self.lag.set(max(0.0, report.created_at - report.version_published_at), of_run=self.of_run)
+
+    def render(self) -> str:
+        return self.registry.render()

@@ -10,8 +10,10 @@ tests/desktop/test_eval_on_desktop.py). The failing run here is one whose replie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -128,6 +130,21 @@ async def published_versions(bus: BusConfig, *versions: PolicyVersion) -> None:
             await producer.publish(POLICY, v)
 
 
+def page_when(port: int, line: str, process: subprocess.Popen[str]) -> str:
+    """The metrics page on ``port`` once it holds ``line`` (bounded; fails early if the process ends)."""
+    import httpx
+
+    page = ""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        with contextlib.suppress(httpx.TransportError):  # not listening yet
+            page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        if line in page:
+            return page
+        time.sleep(0.5)
+    raise AssertionError(f"no {line!r} on the page (process ended: {process.poll()}):\n{page}")
+
+
 async def records_of(bus: BusConfig, spec: TopicSpec, run_prefix: str) -> list:
     return [d.event async for d in scan(bus, spec) if d.event.run_id.startswith(run_prefix)]
 
@@ -151,13 +168,16 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     v1, v2 = (PolicyVersion(run_id="train-f", version=v, weights_path=weights, step=v, published_at=time.time())
               for v in (1, 2))  # fmt: skip
 
-    def follow(until: int) -> subprocess.CompletedProcess[str]:
-        return cli(
+    def follow_args(until: int) -> list[str]:
+        return [
             "eval", "--model-path", weights, "--follow", "train-f", "--until-version", str(until),
             "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment", "scripted", "--turns", "1",
             "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap, "--engine-port", str(free_port()),
-            "--gateway-port", str(free_port()), env=env,
-        )  # fmt: skip
+            "--gateway-port", str(free_port()),
+        ]  # fmt: skip
+
+    def follow(until: int) -> subprocess.CompletedProcess[str]:
+        return cli(*follow_args(until), env=env)
 
     first = cli("topics", "create", "--bootstrap", kafka_bootstrap, env=env)
     assert first.returncode == 0, first.stderr
@@ -168,18 +188,46 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     run = follow(until=2)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "versions already evaluated by eval-train-f: v1" in run.stdout, run.stdout
-    again = follow(until=2)  # both done: nothing to evaluate
-    assert again.returncode == 0 and "v1, v2" in again.stdout and "Results published" not in again.stdout
+
+    # started again, following until interrupted (v1, v2 done: nothing to evaluate), with its metrics
+    # page, read over HTTP while it waits; then v3 is published, evaluated, and its lag is on the page
+    port = free_port()
+    command = [sys.executable, "-m", "cua_stream", *follow_args(0), "--metrics-port", str(port)]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as again:
+        try:
+            waiting = page_when(port, 'cua_eval_published_version{of_run="train-f"} 2', again)
+            v3 = PolicyVersion(
+                run_id="train-f", version=3, weights_path=weights, step=3, published_at=time.time()
+            )
+            anyio.run(published_versions, bus, v3)
+            page = page_when(port, 'cua_eval_versions_total{of_run="train-f"} 1', again)
+        finally:
+            again.send_signal(signal.SIGINT)  # Ctrl-C: it stops its engine and gateway
+            stdout, stderr = again.communicate(timeout=120)
+    assert 'cua_eval_evaluated_version{of_run="train-f"} 2' in waiting, stdout[-3000:] + stderr[-3000:]
+    assert "cua_eval_versions_total{" not in waiting  # none evaluated by this process yet
+    assert (
+        "versions already evaluated by eval-train-f: v1, v2" in stdout
+        and stdout.count("Results published") == 1
+    ), stdout[-3000:]
+    assert 'cua_eval_evaluated_version{of_run="train-f"} 3' in page
+    (lag,) = (
+        float(line.split()[-1]) for line in page.splitlines() if line.startswith("cua_eval_lag_seconds{")
+    )
 
     reports = anyio.run(records_of, bus, EVALS, "eval-train-f")
     assert sorted((r.run_id, r.policy_version, r.of_run) for r in reports) == [
-        ("eval-train-f-v1", 1, "train-f"), ("eval-train-f-v2", 2, "train-f"),
+        ("eval-train-f-v1", 1, "train-f"), ("eval-train-f-v2", 2, "train-f"), ("eval-train-f-v3", 3, "train-f"),
     ]  # fmt: skip
     assert all(r.created_at >= r.version_published_at for r in reports)  # type: ignore[operator]
-    assert sorted(p.name for p in (tmp_path / "follow").iterdir()) == ["v1.json", "v2.json"]
+    (r3,) = (r for r in reports if r.policy_version == 3)
+    assert lag == pytest.approx(r3.created_at - v3.published_at, abs=0.01) and lag > 0
+    assert sorted(p.name for p in (tmp_path / "follow").iterdir()) == ["v1.json", "v2.json", "v3.json"]
     work = anyio.run(records_of, bus, WORK, "eval-train-f")
     outcomes = anyio.run(records_of, bus, OUTCOMES, "eval-train-f")
-    assert len(work) == len({w.episode_id for w in work}) == 2  # one episode per version, issued once
+    assert len(work) == len({w.episode_id for w in work}) == 3  # one episode per version, issued once
     assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in work)  # played once
 
     # an evaluation run again under its id (as after a kill) issues and plays none of its episodes again

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cua_stream.evaluation.follow import due, evaluated_versions, version_run
+from cua_stream.evaluation.follow import FollowMetrics, due, evaluated_versions, version_run
 from cua_stream.events import EvalReport, PolicyVersion
 
 
@@ -38,3 +38,22 @@ def test_done_versions_are_this_evaluations_reports_of_that_run() -> None:
         report("eval-a", "", None),  # a model directory's
     ]
     assert evaluated_versions(reports, "eval-a", "run-1") == {2, 4}
+
+
+def test_the_metrics_say_how_far_behind_the_run_the_evaluation_is() -> None:
+    metrics = FollowMetrics("run-1")
+    metrics.seen(published(1, 2, 3), {1})  # an earlier start evaluated v1
+    page = metrics.render()
+    assert 'cua_eval_published_version{of_run="run-1"} 3' in page
+    assert 'cua_eval_evaluated_version{of_run="run-1"} 1' in page
+    assert "cua_eval_versions_total{" not in page  # none by this process yet
+    v3 = published(3)[0]  # published at t=3, its report made at t=10.5: 7.5 s behind
+    metrics.reported(EvalReport(run_id="eval-run-1-v3", policy="m", policy_version=3, of_run="run-1",
+                                version_published_at=v3.published_at, environment="scripted", samples=1,
+                                success_at=1.0, layouts=1, tasks=(), created_at=10.5))  # fmt: skip
+    metrics.seen(published(1, 2), {1, 3})  # a scan that missed v3 does not move the published version back
+    page = metrics.render()
+    assert 'cua_eval_versions_total{of_run="run-1"} 1' in page
+    assert 'cua_eval_lag_seconds{of_run="run-1"} 7.5' in page
+    assert 'cua_eval_evaluated_version{of_run="run-1"} 3' in page
+    assert 'cua_eval_published_version{of_run="run-1"} 3' in page

@@ -31,12 +31,14 @@ def test_evaluation_layouts_are_apart_from_trainings() -> None:
     grpo = WorkRequest(run_id="r", group_id="r-g000007", episode_id="e", task=TaskRef(name="click-test"),
                        sample_index=0, group_size=4, policy_version=0, created_at=0.0)  # fmt: skip
     assert not is_eval_seed(layout_seed(grpo))
-    # learn's demonstrations, evaluations and probes, for small and very large learn seeds
+    # learn's demonstrations, for small and very large learn seeds (its evaluations and probes are eval's)
     for seed in (0, 1, 7, 100_000, MAX_SEED):
         plan = LearnPlan(seed=seed, demo_seeds=EVAL_OFFSET - 1, eval_episodes=EVAL_OFFSET - 1,
                          probe_episodes=EVAL_OFFSET - 1)  # fmt: skip
-        learn = plan.demo_layouts() + plan.eval_layouts() + plan.probe_layouts()
-        assert max(learn) < EVAL_SEED_BASE and len(set(learn)) == len(learn), seed
+        demos = plan.demo_layouts()
+        assert max(demos) < EVAL_SEED_BASE and len(set(demos)) == len(demos), seed
+        measured = plan.evaluation_plan().seeds + plan.probe_plan().seeds
+        assert all(is_eval_seed(s) for s in measured) and len(set(measured)) == len(measured), seed
     with pytest.raises(ValueError, match="seed"):
         LearnPlan(seed=MAX_SEED + 1)  # its layouts would reach evaluation's
     with pytest.raises(ValueError, match="outside"):

@@ -180,3 +180,16 @@ def test_a_file_that_is_not_results_is_refused_by_name(tmp_path: Path) -> None:
                       '"samples": 1, "seeds": [], "tasks": [], "created_at": 0, "episodes": []}')  # fmt: skip
     with pytest.raises(ConfigError, match="results schema 2; this version reads 1"):
         files.load(future)
+
+
+def test_an_evaluation_runs_only_under_an_evaluation_run_id() -> None:
+    """A trainer takes any run's work but ``eval-`` runs': evaluating under another id would train on it."""
+    import anyio
+
+    from cua_stream.evaluation.run import Evaluation, evaluate
+    from producers.config import ProducerConfig
+
+    plan = EvalPlan(tasks=(TaskRef(name="click-test"),), samples=1, seeds=tuple(eval_seeds(0, 1)))
+    ev = Evaluation(plan=plan, producer=ProducerConfig(), sampling={})
+    with pytest.raises(ValueError, match="starts with 'eval-'"):
+        anyio.run(evaluate, ev, "learn-1-base", "base")  # refused before anything is published

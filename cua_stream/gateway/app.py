@@ -225,7 +225,12 @@ def create_app(
         gw = _gateway(request)
         lag = getattr(request.app.state, "loop_lag", None)  # the server's (absent in an app built bare)
         return PlainTextResponse(
-            gw.metrics.render(sessions=len(gw.sessions), draining=gw.draining, in_flight=gw.in_flight)
+            gw.metrics.render(
+                sessions=len(gw.sessions),
+                draining=gw.draining,
+                in_flight=gw.in_flight,
+                waiting=gw.engine_waiting(),
+            )
             + (lag.render() if lag is not None else "")
             + resident_memory()
         )

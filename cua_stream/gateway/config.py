@@ -39,6 +39,10 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """While draining for a weight update, hold a new chat call up to this long for the resume before
     answering 503 (computer-1 retries a 503 three times without waiting, then the episode is discarded
     as server-unavailable). 0: answer 503 at once."""
+    engine_max_in_flight: int = 0
+    """Chat calls in flight to the engine at most (0: no bound). Bounded, a waiting training call goes
+    before a waiting evaluation call (``eval-`` runs': an eval-lane producer fleet sharing this run's
+    engine), so evaluation never queues ahead of training (``gateway.priority``)."""
     api_key: Secret | None = None
     """When set, every route but the probes requires ``Authorization: Bearer <api_key>`` (a session's chat
     route also takes that session's own key, which ``POST /sessions`` returns)."""
@@ -61,6 +65,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             raise ConfigError(f"gateway.teacher_url: expected an http(s) URL, got {self.teacher_url!r}")
         if not 0 < self.port < 65536:
             raise ConfigError(f"gateway.port: {self.port} is not a TCP port")
+        if self.engine_max_in_flight < 0:
+            raise ConfigError("gateway.engine_max_in_flight: must be >= 0 (0: no bound)")
         if self.drain_hold_s < 0:
             raise ConfigError("gateway.drain_hold_s: must be >= 0")
         if self.engine_timeout_s <= 0:

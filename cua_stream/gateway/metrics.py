@@ -37,8 +37,17 @@ class GatewayMetrics:
             "cua_gateway_sessions_expired_total", "Sessions dropped by the gateway, by reason.", ("reason",)
         )
         self.engine_up = r.gauge("cua_gateway_engine_up", "1 if the engine answered its last health check.")
+        self.engine_waiting = r.gauge(
+            "cua_gateway_engine_waiting",
+            "Chat calls waiting for an engine slot (gateway.engine_max_in_flight), by lane: train before eval.",
+            ("lane",),
+        )
 
-    def render(self, *, sessions: int, draining: bool, in_flight: int) -> str:
+    def render(
+        self, *, sessions: int, draining: bool, in_flight: int, waiting: dict[str, int] | None = None
+    ) -> str:
+        for lane, n in (waiting or {}).items():
+            self.engine_waiting.set(n, lane=lane)
         self.sessions.set(sessions)
         self.draining.set(int(draining))
         self.in_flight.set(in_flight)

@@ -57,6 +57,7 @@ def build_app(config: GatewayConfig, bus: BusConfig) -> FastAPI:
                     session_idle_timeout_s=config.session_idle_timeout_s,
                     max_sessions=config.max_sessions,
                     teacher=teacher,
+                    engine_max_in_flight=config.engine_max_in_flight or None,
                 )
                 app.state.gateway = gateway
                 app.state.loop_lag = LoopLag()

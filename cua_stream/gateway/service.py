@@ -45,6 +45,7 @@ from cua_stream.gateway.drain import DrainGate
 from cua_stream.gateway.engine_client import Engine, JsonIds, JsonStrings, engine_error_message
 from cua_stream.gateway.metrics import GatewayMetrics
 from cua_stream.gateway.openai_format import Reply, completion_body, refusal_reply, stream_body
+from cua_stream.gateway.priority import LANES, EngineSlots, priority_of
 from cua_stream.gateway.recording import (
     Forced,
     Prepared,
@@ -84,6 +85,7 @@ class Gateway:
         max_sessions: int = 1024,
         clock: Callable[[], float] = time.monotonic,
         teacher: Teacher | None = None,
+        engine_max_in_flight: int | None = None,
     ) -> None:
         self.renderer = renderer
         self.teacher = teacher
@@ -105,6 +107,7 @@ class Gateway:
         self.gate = DrainGate(drain_hold_s)
         self.retract = RetractWindow()
         """Open while a retract-mode weight update runs: the calls it aborts are continued."""
+        self.engine_slots = EngineSlots(engine_max_in_flight)
         self._engine_checked: tuple[float, bool, str] | None = None
 
     # -- sessions and drain: their own homes (``sessions``, ``drain``), named here for the app -----------
@@ -135,6 +138,10 @@ class Gateway:
 
     def expire_idle(self) -> int:
         return self.table.expire_idle()
+
+    def engine_waiting(self) -> dict[str, int]:
+        """Calls waiting for an engine slot, by lane (``priority``)."""
+        return {lane: self.engine_slots.waiting(p) for p, lane in LANES.items()}
 
     async def drain(self, timeout_s: float) -> dict[str, Any]:
         return await self.gate.drain(timeout_s)
@@ -297,9 +304,11 @@ class Gateway:
         prepared = await self.prepare_async(session, call)
         prep_ms = (time.perf_counter() - t0) * 1e3
         forced = await self._teacher_reply(session, prepared, body) if session.teacher else None
-        reply, images = await generate_storing_images(
-            self.engine, self.blobs, session, prepared, forced, self.retract
-        )
+        # a bounded engine serves training's waiting calls before evaluation's (``priority``)
+        async with self.engine_slots.slot(priority_of(session.run_id)):
+            reply, images = await generate_storing_images(
+                self.engine, self.blobs, session, prepared, forced, self.retract
+            )
         if reply.finish_reason == "abort":
             raise Refusal(reply.abort_status or 503, reply.abort_message, code="engine_abort")
         t1 = time.perf_counter()

@@ -11,6 +11,7 @@ overall, and writes every episode to a JSON file; ``--compare A.json B.json`` te
 from __future__ import annotations
 
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -90,10 +91,19 @@ def eval_(
         str,
         typer.Option(
             help="A training run: evaluate each of its versions as the trainer publishes it (on this "
-            "command's own engine: training is not stalled), until --until-version; resumable."
+            "command's own engine, or the run's: --engine), until --until-version; resumable."
         ),
     ] = "",
     every: Annotated[int, typer.Option(help="With --follow: evaluate every N-th version.")] = 1,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="With --follow: 'own' (this command's engine, each version loaded on it) or 'shared' (the "
+            "run's, through its gateway --gateway-url: it serves the newest version; training's calls go "
+            "first where that gateway bounds engine_max_in_flight)."
+        ),
+    ] = "own",
+    gateway_url: Annotated[str, typer.Option(help="With --engine shared: the run's gateway.")] = "",
     until_version: Annotated[
         int, typer.Option(help="With --follow: stop once this version is evaluated (0: follow until Ctrl-C).")
     ] = 0,
@@ -125,7 +135,8 @@ def eval_(
         a, b = (files.load(path) for path in compare)
         _console().print(comparison_table(a, b, success_at))
         return
-    plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
+    shared = _shared(engine, gateway_url, follow)
+    plan = _plan(tasks, samples, seeds, first_seed, policy, model_path, need_model=not shared)
     if follow and policy:
         raise typer.BadParameter("a scripted policy has no versions to follow", param_hint="--follow")
     if metrics_port is not None and not (follow and 0 <= metrics_port <= 65535):
@@ -156,11 +167,20 @@ def eval_(
     step = Steps(5)
     bus = _bus(file_data, bootstrap, step)
     producer = msgspec.structs.replace(producer, bus=bus, lane="eval")  # its own group: beside training
+    if shared:
+        producer = msgspec.structs.replace(producer, gateway_url=gateway_url)
     step("the policy")
     model = model_path or tiny_model_dir()
-    out.print(f"    {policy or model}" + (f" (forced replies scored by {model})" if policy else ""))
+    if shared:
+        out.print(f"    run {follow}'s versions, as its engine serves them")
+    else:
+        out.print(f"    {policy or model}" + (f" (forced replies scored by {model})" if policy else ""))
     logs = state_dir() / "eval-logs"
-    if policy:
+    if shared:
+        step(f"evaluating on run {follow}'s engine, through its gateway {gateway_url} (nothing started)")
+        stack: AbstractContextManager[Any] = nullcontext()
+        sampling = sampling_of(temperature, max_new_tokens)
+    elif policy:
         step(f"starting the scripted policies, the engine and the gateway (logs in {logs})")
         stack = teacher_stack(model, bus, engine_port=engine_port, gateway_port=gateway_port,
                               policies_port=policies_port, logs=logs)  # fmt: skip
@@ -180,7 +200,7 @@ def eval_(
             f"{concurrency} at once, up to {turns} turns"
         )
         if follow:
-            urls = (f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}")
+            urls = None if shared else (f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}")
             anyio.run(_follow, ctx, run, follow, every, until_version, urls, metrics_port)
         else:
             anyio.run(_evaluate, ctx, run, None)
@@ -213,11 +233,12 @@ async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -
 
 
 async def _follow(
-    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str],
+    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str] | None,
     metrics_port: int | None,
 ) -> None:  # fmt: skip
     """Evaluate ``of_run``'s versions as they are published: load each on this command's engine (its own:
-    the run's engines never wait for an evaluation), evaluate it, publish the results; a version this
+    the run's engines never wait for an evaluation; ``urls`` None: the run's own engine serves it), evaluate
+    it, publish the results; a version this
     evaluation has results for (an earlier start's) is not evaluated again. With ``metrics_port``, how
     far behind the run it is, on ``/metrics`` (``evaluation.follow.FollowMetrics``)."""
     from cua_stream.evaluation.follow import FollowMetrics
@@ -233,7 +254,7 @@ async def _follow(
 
 
 async def _follow_versions(
-    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str],
+    ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str] | None,
     metrics: FollowMetrics,
 ) -> None:  # fmt: skip
     import httpx
@@ -262,15 +283,44 @@ async def _follow_versions(
                 continue
             waiting = False
             out.print(f"[bold]v{version.version}[/bold] of {of_run}: {version.weights_path}")
-            await push_weights(http, engine_url=urls[0], gateway_url=urls[1],
-                               weights=Path(version.weights_path), version=version.version)  # fmt: skip
+            if urls is not None:
+                await push_weights(http, engine_url=urls[0], gateway_url=urls[1],
+                                   weights=Path(version.weights_path), version=version.version)  # fmt: skip
             metrics.reported(await _evaluate(ctx, version_run(run, version.version), version))
+            if urls is None:
+                served = await served_versions(bus, version_run(run, version.version))
+                out.print(f"    served by the run's engine at version(s) {', '.join(f'v{v}' for v in served)}"
+                          + ("" if served == [version.version] else " (the run moved on meanwhile)"))  # fmt: skip
             done.add(version.version)
 
 
+def _shared(engine: str, gateway_url: str, follow: str) -> bool:
+    """``--engine``: whether the evaluation runs on the followed run's engine (checked with its options)."""
+    if engine not in ("own", "shared"):
+        raise typer.BadParameter("'own' or 'shared'", param_hint="--engine")
+    if engine == "own":
+        if gateway_url:
+            raise typer.BadParameter("only with --engine shared", param_hint="--gateway-url")
+        return False
+    if not follow:
+        raise typer.BadParameter("shared with a training run: give it with --follow", param_hint="--engine")
+    if not gateway_url.startswith(("http://", "https://")):
+        raise typer.BadParameter("the run's gateway, an http(s) URL", param_hint="--gateway-url")
+    return True
+
+
+async def served_versions(bus: BusConfig, run: str) -> list[int]:
+    """The weight versions the engine served an evaluation's calls at (its turns say)."""
+    from cua_stream.bus.reader import scan
+    from cua_stream.topics import TURNS
+
+    return sorted({d.event.policy_version async for d in scan(bus, TURNS) if d.event.run_id == run})
+
+
 def _plan(
-    tasks: str, samples: int, seeds: int, first_seed: int, policy: str, model_path: Path | None
-) -> EvalPlan:
+    tasks: str, samples: int, seeds: int, first_seed: int, policy: str, model_path: Path | None,
+    *, need_model: bool = True,
+) -> EvalPlan:  # fmt: skip
     """The options checked, each bad one named."""
     from cua_stream.tasks import TASKS
     from cua_stream.tasks.policy_server import POLICIES
@@ -278,7 +328,7 @@ def _plan(
     if policy and policy not in POLICIES:
         raise typer.BadParameter(f"unknown scripted policy {policy!r}; known: {', '.join(POLICIES)}",
                                  param_hint="--policy")  # fmt: skip
-    if not policy and model_path is None:
+    if not policy and model_path is None and need_model:
         raise typer.BadParameter(
             "give a scripted policy (--policy) or a model (--model-path)", param_hint="--policy"
         )

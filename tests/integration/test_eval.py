@@ -247,3 +247,54 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     again_results = json.loads((tmp_path / "rerun.json").read_text())["episodes"]
     first_results = json.loads((tmp_path / "follow" / "v2.json").read_text())["episodes"]
     assert again_results == first_results  # the same episode, its verdict read back
+
+
+@pytest.mark.kafka
+@pytest.mark.model
+@pytest.mark.harbor
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_following_on_the_runs_own_engine_starts_none_and_says_which_versions_served(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    """``--engine shared``: a version is evaluated through the run's gateway and engine (nothing started,
+    no weights loaded by the evaluation), and the versions the engine served its calls at are said."""
+    import httpx
+
+    from consumers.trainer.weights import push_weights
+    from cua_stream.cli._stack import engine_and_gateway
+    from cua_stream.demo import tiny_model_dir
+
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
+    bus = BusConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)
+    weights = tiny_model_dir()
+    bad = cli("eval", "--model-path", str(weights), "--engine", "shared", env=env)
+    assert bad.returncode == 2 and "--follow" in bad.stderr, bad.stderr
+    assert cli("topics", "create", "--bootstrap", kafka_bootstrap, env=env).returncode == 0
+
+    async def trainer_publishes(engine_url: str, gateway_url: str) -> None:  # as the run's trainer does
+        async with httpx.AsyncClient() as http:
+            await push_weights(
+                http, engine_url=engine_url, gateway_url=gateway_url, weights=weights, version=1
+            )
+        v1 = PolicyVersion(
+            run_id="train-s", version=1, weights_path=str(weights), step=1, published_at=time.time()
+        )
+        await published_versions(bus, v1)
+
+    with engine_and_gateway(weights, bus, engine_port=free_port(), gateway_port=free_port(),
+                            logs=tmp_path / "run-logs") as run_serving:  # fmt: skip
+        anyio.run(trainer_publishes, run_serving.engine_url, run_serving.gateway_url)
+        run = cli(
+            "eval", "--follow", "train-s", "--engine", "shared", "--gateway-url", run_serving.gateway_url,
+            "--until-version", "1", "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment",
+            "scripted", "--turns", "1", "--out", str(tmp_path / "shared"), "--bootstrap", kafka_bootstrap, env=env,
+        )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    said = " ".join(run.stdout.split())
+    assert "served by the run's engine at version(s) v1" in said and "moved on" not in said, said
+    assert not (tmp_path / "home" / "eval-logs").exists()  # no engine or gateway of its own
+    (report,) = anyio.run(records_of, bus, EVALS, "eval-train-s")
+    assert (report.run_id, report.policy_version, report.of_run) == ("eval-train-s-v1", 1, "train-s")
+    assert report.tasks[-1].episodes == 1

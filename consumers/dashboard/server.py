@@ -30,6 +30,7 @@ from consumers.dashboard.board import Board
 from consumers.dashboard.config import DashboardConfig
 from consumers.trainer.inspect import StepRules
 from consumers.trainer.inspect_read import read_step
+from consumers.trainer.inspect_render import step_document, step_text
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.codec import json_line
 from cua_stream.bus.consumer import (
@@ -40,7 +41,6 @@ from cua_stream.bus.consumer import (
     stop_consumer,
 )
 from cua_stream.bus.reader import Bound, read_topics
-from cua_stream.cli._inspect_render import step_document, step_text
 from cua_stream.errors import BlobCorrupted, BlobNotFound, RecordError
 from cua_stream.topics import ALL
 

@@ -4,15 +4,14 @@ when the block ends; episodes run by an in-process producer and scorer until sco
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import typer
-from anyio.abc import TaskGroup, TaskStatus
 from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
@@ -20,15 +19,9 @@ from cua_stream.bus.admin import TopicAdmin
 from cua_stream.config import BusConfig, build
 
 if TYPE_CHECKING:
-    from cua_stream.events import ScoreEvent, WorkRequest
     from producers.config import ProducerConfig
 
 out = Console(highlight=False)
-SCORED_WAIT_S = 1800.0
-"""How long ``run_episodes`` waits for every episode to be scored."""
-PRODUCER_STOP_S = 15.0
-"""How long a stopping in-process producer gets to finish: its episodes in hand (none, once every one is
-scored) and its last commits."""
 
 
 @dataclass(frozen=True)
@@ -162,85 +155,3 @@ def teacher_stack(
                            gateway_extra=("--teacher-url", teacher_url)) as serving,
     ):  # fmt: skip
         yield serving
-
-
-@dataclass
-class Rollouts:
-    """An in-process scorer and producer, running (``rollouts``); more tasks go in ``task_group``."""
-
-    task_group: TaskGroup
-    producer_stop: anyio.Event
-
-    def stop_producer(self) -> None:
-        """Let the producer finish the episodes in hand and stop taking work (the scorer goes on)."""
-        self.producer_stop.set()
-
-
-@asynccontextmanager
-async def rollouts(producer: ProducerConfig) -> AsyncIterator[Rollouts]:
-    """Run a scorer and a producer in this process for the block (the one wiring ``demo``, ``learn``,
-    ``record-oracle`` and ``run_episodes`` share); both are stopped when it ends."""
-    from consumers.scorer.config import ScorerConfig
-    from consumers.scorer.daemon import Scorer
-    from producers.daemon import Producer
-
-    stop, stopped = anyio.Event(), anyio.Event()
-
-    async def produce(task_status: TaskStatus[None]) -> None:
-        try:
-            await Producer(producer).run(stop=stop, task_status=task_status)
-        finally:
-            stopped.set()
-
-    async with anyio.create_task_group() as tg:
-        await tg.start(Scorer(ScorerConfig(bus=producer.bus)).run)
-        await tg.start(produce)
-        try:
-            yield Rollouts(tg, stop)
-        finally:
-            stop.set()
-            # the producer's last commits, before it is cancelled: an answered request left uncommitted
-            # would be played again by the next producer of the group (the next run of this command)
-            with anyio.CancelScope(shield=True), anyio.move_on_after(PRODUCER_STOP_S):
-                await stopped.wait()
-            tg.cancel_scope.cancel()
-
-
-async def run_episodes(
-    producer: ProducerConfig, work: list[WorkRequest], *, resume: bool = False
-) -> dict[str, ScoreEvent]:
-    """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded).
-    ``resume``: a request already on the work topic (an earlier, killed start of the same run issued it)
-    is not issued again: the producers' group runs it once, or has already answered it."""
-    from cua_stream.bus.producer import EventProducer
-    from cua_stream.bus.reader import scan
-    from cua_stream.topics import WORK
-
-    async with rollouts(producer):
-        wanted, issued = {w.episode_id for w in work}, set()
-        if resume:
-            issued = {
-                d.event.episode_id async for d in scan(producer.bus, WORK) if d.event.episode_id in wanted
-            }
-        async with EventProducer(producer.bus) as publisher:
-            for request in work:
-                if request.episode_id not in issued:
-                    await publisher.publish(WORK, request)
-        return await _scores_of(producer.bus, work)
-
-
-async def _scores_of(bus: BusConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
-    """Wait (bounded) until every episode of ``work`` is scored; the scores by episode."""
-    from cua_stream.bus.reader import scan
-    from cua_stream.topics import SCORES
-
-    wanted = {w.episode_id for w in work}
-    found: dict[str, ScoreEvent] = {}
-    with anyio.move_on_after(SCORED_WAIT_S):
-        while len(found) < len(wanted):
-            async for d in scan(bus, SCORES):
-                if d.event.episode_id in wanted:
-                    found[d.event.episode_id] = d.event
-            if len(found) < len(wanted):
-                await anyio.sleep(2.0)
-    return found

@@ -16,8 +16,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway, rollouts
+from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway
 from cua_stream.config import BusConfig, state_dir
+from cua_stream.rollouts import rollouts
 from cua_stream.tap import follow
 from cua_stream.topics import ALL, SCORES
 

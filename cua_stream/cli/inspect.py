@@ -19,10 +19,7 @@ from rich.console import Console
 from consumers.trainer.calltree import episode_view
 from consumers.trainer.inspect import StepRules
 from consumers.trainer.inspect_read import episode_records, read_step, steps_of
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
-from cua_stream.cli._inspect_recompute import RecomputeRules
-from cua_stream.cli._inspect_recompute import recompute as recompute_step
-from cua_stream.cli._inspect_render import (
+from consumers.trainer.inspect_render import (
     Text,
     episode_document,
     episode_text,
@@ -31,6 +28,9 @@ from cua_stream.cli._inspect_render import (
     step_document,
     step_text,
 )
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli._inspect_recompute import RecomputeRules
+from cua_stream.cli._inspect_recompute import recompute as recompute_step
 from cua_stream.config import build, require_model_dir
 from cua_stream.events import CallRecord, ScoreEvent
 

@@ -25,11 +25,10 @@ from cua_stream.cli._stack import (
     engine_and_gateway,
     out,
     parse_tasks,
-    rollouts,
-    run_episodes,
     teacher_stack,
 )
 from cua_stream.config import BusConfig, state_dir
+from cua_stream.rollouts import rollouts, run_episodes
 
 if TYPE_CHECKING:
     from consumers.trainer.sft_run import EpochStats

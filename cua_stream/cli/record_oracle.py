@@ -27,10 +27,10 @@ from cua_stream.cli._stack import (
     episode_producer,
     out,
     parse_tasks,
-    run_episodes,
     teacher_stack,
 )
 from cua_stream.config import state_dir
+from cua_stream.rollouts import run_episodes
 
 if TYPE_CHECKING:
     from cua_stream.events import ScoreEvent, WorkRequest

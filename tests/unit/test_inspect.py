@@ -12,8 +12,8 @@ import pytest
 
 from consumers.trainer.calltree import episode_view
 from consumers.trainer.inspect import StepRules, rebuild_step, segments, version_runs
+from consumers.trainer.inspect_render import episode_text, step_document, step_text
 from cua_stream.bus.codec import Delivery
-from cua_stream.cli._inspect_render import episode_text, step_document, step_text
 from cua_stream.config import ConfigError
 from cua_stream.events import (
     CallKind,

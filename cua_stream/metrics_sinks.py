@@ -32,6 +32,8 @@ KINDS: tuple[str, ...] = get_args(SinkKind)
 
 RENAMED = {"mean_reward": "train/reward_mean"}
 """Metric keys whose tag is not ``train/<key>`` (the names researchers look for on a board)."""
+NOT_SCALARS = frozenset({"previous_push_at"})
+"""Step metrics that are not worth a chart: a timestamp (the benchmarks read it from the record)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ def step_scalars(
         "train/n_samples": float(step.n_samples),
     }
     for key, value in step.metrics.items():
-        values[tag_of(key)] = float(value)
+        if key not in NOT_SCALARS:
+            values[tag_of(key)] = float(value)
     lags = [staleness(step.policy_version - 1, issued[g]) for g in step.group_ids if g in (issued or {})]
     if lags:  # the step trained with the weights one version before the one it produced
         values["staleness/mean"] = sum(lags) / len(lags)

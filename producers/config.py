@@ -52,6 +52,11 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     image and compose file say."""
     scripted_action_latency_s: float = 0.0
     """``scripted`` only: how long each 'action' takes (benchmarks and drain tests inject time here)."""
+    scripted_long_fraction: float = 0.0
+    """``scripted`` only, for benchmarks: the share of episodes that are long (drawn from each episode's
+    seed, so a run is repeatable): their actions take ``scripted_long_factor`` times
+    ``scripted_action_latency_s``, a long tail as computer-use has (a few slow tasks among many quick)."""
+    scripted_long_factor: float = 1.0
     model_name: str = "qwen3-vl"
     """The name LiteLLM sends (the gateway serves one model whatever the name)."""
     max_input_tokens: int = 0
@@ -87,6 +92,10 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             )
         if self.scripted_action_latency_s < 0:
             raise ConfigError("producer.scripted_action_latency_s: must be >= 0")
+        if not 0 <= self.scripted_long_fraction <= 1 or not self.scripted_long_factor >= 1:
+            raise ConfigError(
+                "producer.scripted_long_fraction: must be in [0, 1], producer.scripted_long_factor >= 1"
+            )
         if self.max_starts_per_s <= 0:
             raise ConfigError("producer.max_starts_per_s: must be > 0")
         if self.concurrency < 1:

@@ -77,6 +77,8 @@ def make_runner(config: ProducerConfig) -> EpisodeRunner:
             max_turns=config.max_turns,
             size=(config.desktop_width, config.desktop_height),
             action_latency_s=config.scripted_action_latency_s,
+            long_fraction=config.scripted_long_fraction,
+            long_factor=config.scripted_long_factor,
         )
     from producers.trial import TrialRunner
 

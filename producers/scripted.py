@@ -55,12 +55,22 @@ class ScriptedRunner:
         max_turns: int,
         size: tuple[int, int] = (1280, 720),
         action_latency_s: float = 0.0,
+        long_fraction: float = 0.0,
+        long_factor: float = 1.0,
     ) -> None:
         self.model_name = model_name
         self.max_turns = max_turns
         self.size = size
         self.action_latency_s = action_latency_s
         """Time an 'action' takes on the scripted desktop (benchmarks inject it)."""
+        self.long_fraction, self.long_factor = long_fraction, long_factor
+        """The share of episodes whose actions take ``long_factor`` times as long (a long tail)."""
+
+    def action_latency_for(self, seed: int, sample_index: int) -> float:
+        """An episode's action latency: long for ``long_fraction`` of the episodes, drawn from its own seed
+        (a generator apart from the episode's, so the screenshots and sampling seeds stay as they were)."""
+        long = random.Random(f"long-tail:{seed}:{sample_index}").random() < self.long_fraction
+        return self.action_latency_s * (self.long_factor if long else 1.0)
 
     async def run(self, episode: EpisodeRun) -> EpisodeResult:
         import litellm
@@ -70,6 +80,7 @@ class ScriptedRunner:
         rng = random.Random(episode.seed * 1_000_003 + work.sample_index)
         temperature = float(work.sampling.get("temperature", 1.0))
         started = time.time()
+        action_latency_s = self.action_latency_for(episode.seed, work.sample_index)
         messages: list[dict] = [
             {
                 "role": "user",
@@ -100,7 +111,7 @@ class ScriptedRunner:
                 exception = exception_from(cut, Phase.AGENT)
                 break
             stops += choice.finish_reason == "stop"
-            await anyio.sleep(self.action_latency_s)
+            await anyio.sleep(action_latency_s)
             messages.append({"role": "assistant", "content": choice.message.content or ""})
             messages.append({"role": "user", "content": [image_part(screenshot(step, rng, self.size))]})
         outcome = outcome_of(

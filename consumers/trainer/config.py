@@ -105,6 +105,9 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     or ``retract`` (generations in flight aborted and continued by the gateway under the new weights).
     README "Weight updates"."""
     drain_timeout_s: float = 60.0
+    min_step_s: float = 0.0
+    """For benchmarks only: each optimizer step is padded (a sleep) to at least this long, a fixed step
+    time standing in for a real model's (``bench/loop_sync_async.py``); 0: no padding."""
     engine_api_key: Secret | None = None
     """The engine's admin key (weight loads), when the engine has one."""
     gateway_api_key: Secret | None = None
@@ -176,6 +179,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 f"trainer.weight_update: expected one of {', '.join(WEIGHT_UPDATE_MODES)}, "
                 f"not {self.weight_update!r}"
             )
+        if not self.min_step_s >= 0:
+            raise ConfigError("trainer.min_step_s: must be >= 0 (0: no padding)")
         if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:
             raise ConfigError("trainer.lr, trainer.temperature and trainer.group_timeout_s: must be > 0")
 

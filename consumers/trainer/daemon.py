@@ -50,7 +50,7 @@ from consumers.trainer.rerun import recorded_batches
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
-from consumers.trainer.step_record import describe_step, train_step
+from consumers.trainer.step_record import describe_step, token_staleness, train_step
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
 from consumers.trainer.weights import ENGINE_CHECK_S, EngineWeights
 from cua_stream.blobs import open_blob_store
@@ -103,6 +103,10 @@ class Trainer:
         self.dir = config.checkpoints
         self.metrics = TrainerMetrics()
         self._timings: dict[str, float] = {}
+        self._waiting_since = time.perf_counter()
+        """When the trainer last had nothing to train (its start, or its last commit's end)."""
+        self._stale_tokens: dict[int, int] = {}
+        """The step in hand's trained tokens per staleness (its record carries them)."""
         self._lr = config.lr
         """The last step's learning rate (``lr_warmup_steps`` ramps it)."""
         self.state = TrainerState()
@@ -207,6 +211,7 @@ class Trainer:
             by_name = dict(zip(names, READS, strict=True))
             policy_topic, own_key = self.topics.name_of(POLICY), cfg.run_id.encode()
             task_status.started(self.metrics_port)
+            self._waiting_since = time.perf_counter()
             checked = time.monotonic()
             while not stop.is_set() and not self._done():
                 if time.monotonic() - checked > ENGINE_CHECK_S:
@@ -358,10 +363,14 @@ class Trainer:
                     items.append(TrainItem(sample, advantage, episode))
                     self.metrics.staleness.inc(lag=str(staleness(st.version, sample.oldest_version)))
                 episode += 1
+        self._stale_tokens = token_staleness([item.sample for item in items], st.version)
         started = time.perf_counter()
+        self._timings["wait_s"] = started - self._waiting_since  # no batch to train (judging included)
         self._lr = warmup_lr(self.config.lr, st.step, self.config.lr_warmup_steps)
         self.backend.set_lr(self._lr)
         stats = await anyio.to_thread.run_sync(self.backend.step, items)
+        if (pad := self.config.min_step_s - (time.perf_counter() - started)) > 0:
+            await anyio.sleep(pad)  # a benchmark's fixed step time (trainer.min_step_s)
         self._timings["train_s"] = time.perf_counter() - started
         for queued in batch:
             join.close(queued.group.group_id)
@@ -404,6 +413,7 @@ class Trainer:
                     stats=stats,
                     lr=self._lr,
                     timings=self._timings,
+                    stale_tokens=self._stale_tokens,
                     finished_at=self.clock(),
                 )
             )
@@ -429,9 +439,12 @@ class Trainer:
         )  # b.
         if weights_changed and cfg.engine_url:
             try:
-                pushing = time.monotonic()
+                pushing, pushed_at = time.monotonic(), self.clock()
                 await self.engine.push(http, self.dir / weights, st.version)  # c.
                 self.metrics.weight_push_s.set(time.monotonic() - pushing)
+                # the record of this step is in the checkpoint already (b.): the next step's carries it
+                self._timings["previous_push_s"] = time.monotonic() - pushing
+                self._timings["previous_push_at"] = pushed_at
             except EngineUnreachable as e:  # the engine watch loads them when it is back
                 log.warning("%s; training goes on", e)
         await publish(producer, outputs)  # d.
@@ -440,6 +453,7 @@ class Trainer:
         for event in outputs:
             if isinstance(event, TrainStep):
                 self.on_step(event)
+        self._waiting_since = time.perf_counter()
 
 
 async def set_barriers(inputs: Follower, join: Join, groups: list[GroupState]) -> None:

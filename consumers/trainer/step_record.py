@@ -3,11 +3,14 @@ one line that describes it in logs and progress displays."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping
 
+from consumers.trainer.samples import NO_VERSION, Sample
 from consumers.trainer.state import Queued
 from consumers.trainer.torch_backend import StepStats
 from cua_stream.events import TrainStep
+from cua_stream.versions import staleness
 
 
 def train_step(
@@ -20,6 +23,7 @@ def train_step(
     lr: float,
     timings: Mapping[str, float],
     finished_at: float,
+    stale_tokens: Mapping[int, int] | None = None,
 ) -> TrainStep:
     return TrainStep(
         run_id=run_id,
@@ -38,7 +42,8 @@ def train_step(
             "trained_tokens": float(stats.loss.tokens),
             "mean_reward": mean_reward(batch),
             "lr": lr,
-            **timings,  # where the step's time went: train_s (forward/backward), save_s
+            **timings,  # where the step's time went: wait_s, train_s (forward/backward), save_s, ...
+            **{f"stale_tokens_{lag}": float(n) for lag, n in sorted((stale_tokens or {}).items())},
         },
         finished_at=finished_at,
         # the attempt of each trained episode: which of its outcomes (a retried episode has several)
@@ -49,6 +54,18 @@ def train_step(
             if (score := q.group.episodes[episode_id].score) is not None
         },
     )
+
+
+def token_staleness(samples: Iterable[Sample], version: int) -> dict[int, int]:
+    """Trained tokens per staleness (versions behind ``version``, the weights being trained), counted
+    per token: a call sampled across a weight update (``in_place``, ``retract``) counts each part at
+    its own version; untrained tokens (prompts, a parent's completion trained elsewhere) count nothing."""
+    counts: Counter[int] = Counter()
+    for sample in samples:
+        for v, trained in zip(sample.token_versions, sample.loss_mask, strict=True):
+            if trained and v != NO_VERSION:
+                counts[staleness(version, v)] += 1
+    return dict(counts)
 
 
 def mean_reward(batch: list[Queued]) -> float:

@@ -289,6 +289,14 @@ def create_app(config: EngineConfig, runner: ModelRunner) -> FastAPI:
     async def model_info() -> JSONResponse:
         return JSONResponse(service.model_info())
 
+    @app.get("/debug/scheduler")
+    async def debug_scheduler() -> JSONResponse:
+        """Reference-engine extension (not SGLang): the scheduler's busy seconds (decode rounds that
+        advanced a request) and slot seconds (those rounds times the requests each advanced), since start;
+        benchmarks read the engine's busy fraction from them."""
+        scheduler = service.scheduler
+        return JSONResponse({"busy_s": scheduler.busy_s, "slot_s": scheduler.slot_s})
+
     @app.get("/debug/requests")
     async def debug_requests() -> JSONResponse:
         """Reference-engine extension (not SGLang): the last ``debug_history`` requests, oldest first."""

@@ -238,3 +238,14 @@ async def test_a_retracted_request_is_prefilled_again_under_the_new_weights_as_s
             assert reported != pytest.approx(fresh, abs=1e-4)
         restore = {"model_path": str(tiny_model_dir), "weight_version": str(int(new) + 1)}
         assert (await http.post("/update_weights_from_disk", json=restore)).json()["success"] is True
+
+
+async def test_the_scheduler_counters_count_decode_rounds(engine_url: str) -> None:
+    """GET /debug/scheduler (benchmarks read the engine's busy share from it): a generation's rounds add
+    to busy_s, and to slot_s once per request they advanced."""
+    async with httpx.AsyncClient(base_url=engine_url, timeout=60) as http:
+        before = (await http.get("/debug/scheduler")).json()
+        await generate(http, max_new_tokens=12, ignore_eos=True)
+        after = (await http.get("/debug/scheduler")).json()
+    busy, slots = after["busy_s"] - before["busy_s"], after["slot_s"] - before["slot_s"]
+    assert busy > 0 and abs(slots - busy) < 1e-9  # one request: each round advanced exactly it

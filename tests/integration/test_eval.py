@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -189,28 +188,31 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert "versions already evaluated by eval-train-f: v1" in run.stdout, run.stdout
 
-    # started again, following until interrupted (v1, v2 done: nothing to evaluate), with its metrics
-    # page, read over HTTP while it waits; then v3 is published, evaluated, and its lag is on the page
+    # started again, following up to v4 (v1, v2 done: nothing to evaluate yet), with its metrics page, read
+    # over HTTP while it waits; v3 is published, evaluated, and its lag is on the page; v4 ends it
     port = free_port()
-    command = [sys.executable, "-m", "cua_stream", *follow_args(0), "--metrics-port", str(port)]
+    command = [sys.executable, "-m", "cua_stream", *follow_args(4), "--metrics-port", str(port)]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     ) as again:
         try:
             waiting = page_when(port, 'cua_eval_published_version{of_run="train-f"} 2', again)
-            v3 = PolicyVersion(
-                run_id="train-f", version=3, weights_path=weights, step=3, published_at=time.time()
-            )
+            v3, v4 = (PolicyVersion(run_id="train-f", version=v, weights_path=weights, step=v,
+                                    published_at=time.time()) for v in (3, 4))  # fmt: skip
             anyio.run(published_versions, bus, v3)
             page = page_when(port, 'cua_eval_versions_total{of_run="train-f"} 1', again)
+            anyio.run(published_versions, bus, v4)
+            stdout, stderr = again.communicate(timeout=300)  # it ends by itself at v4
         finally:
-            again.send_signal(signal.SIGINT)  # Ctrl-C: it stops its engine and gateway
-            stdout, stderr = again.communicate(timeout=120)
+            if again.poll() is None:
+                again.kill()
+                again.communicate()
+    assert again.returncode == 0, stdout[-3000:] + stderr[-3000:]
     assert 'cua_eval_evaluated_version{of_run="train-f"} 2' in waiting, stdout[-3000:] + stderr[-3000:]
     assert "cua_eval_versions_total{" not in waiting  # none evaluated by this process yet
     assert (
         "versions already evaluated by eval-train-f: v1, v2" in stdout
-        and stdout.count("Results published") == 1
+        and stdout.count("Results published") == 2
     ), stdout[-3000:]
     assert 'cua_eval_evaluated_version{of_run="train-f"} 3' in page
     (lag,) = (
@@ -220,14 +222,20 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     reports = anyio.run(records_of, bus, EVALS, "eval-train-f")
     assert sorted((r.run_id, r.policy_version, r.of_run) for r in reports) == [
         ("eval-train-f-v1", 1, "train-f"), ("eval-train-f-v2", 2, "train-f"), ("eval-train-f-v3", 3, "train-f"),
+        ("eval-train-f-v4", 4, "train-f"),
     ]  # fmt: skip
     assert all(r.created_at >= r.version_published_at for r in reports)  # type: ignore[operator]
     (r3,) = (r for r in reports if r.policy_version == 3)
     assert lag == pytest.approx(r3.created_at - v3.published_at, abs=0.01) and lag > 0
-    assert sorted(p.name for p in (tmp_path / "follow").iterdir()) == ["v1.json", "v2.json", "v3.json"]
+    assert sorted(p.name for p in (tmp_path / "follow").iterdir()) == [
+        "v1.json",
+        "v2.json",
+        "v3.json",
+        "v4.json",
+    ]
     work = anyio.run(records_of, bus, WORK, "eval-train-f")
     outcomes = anyio.run(records_of, bus, OUTCOMES, "eval-train-f")
-    assert len(work) == len({w.episode_id for w in work}) == 3  # one episode per version, issued once
+    assert len(work) == len({w.episode_id for w in work}) == 4  # one episode per version, issued once
     assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in work)  # played once
 
     # an evaluation run again under its id (as after a kill) issues and plays none of its episodes again

@@ -77,6 +77,17 @@ async def test_three_steps_change_the_weights_the_engine_serves(
                 producer_daemon = Producer(producer)
                 await tg.start(producer_daemon.run)
                 trainer = Trainer(config)
+                lagged: dict[str, set[str]] = {"trainer": set(), "producer": set()}
+
+                async def watch_lag() -> None:  # sampled while they run (a closing reader leaves the page)
+                    while True:
+                        lagged["trainer"] |= {t for t, _ in trainer.metrics.consumer_lag.gauge.samples()}
+                        lagged["producer"] |= {
+                            t for t, _ in producer_daemon.metrics.consumer_lag.gauge.samples()
+                        }
+                        await anyio.sleep(0.2)
+
+                tg.start_soon(watch_lag)
                 await trainer.run()
                 tg.cancel_scope.cancel()
         async with httpx.AsyncClient() as http:
@@ -97,6 +108,5 @@ async def test_three_steps_change_the_weights_the_engine_serves(
     assert (tmp_path / "ckpt" / "weights-v3").is_dir()
     # each daemon's consumer lag, sampled from its own reader while it ran: per partition it reads
     names = bus_config.topics()
-    read = {t for t, _ in trainer.metrics.consumer_lag.gauge.samples()}
-    assert read == {names.name_of(spec) for spec in READS}  # turns, summaries, scores, policy
-    assert {t for t, _ in producer_daemon.metrics.consumer_lag.gauge.samples()} == {names.name_of(WORK)}
+    assert lagged["trainer"] == {names.name_of(spec) for spec in READS}  # turns, summaries, scores, policy
+    assert lagged["producer"] == {names.name_of(WORK)}

@@ -201,7 +201,9 @@ def eval_(
         )
         if follow:
             urls = None if shared else (f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}")
-            anyio.run(_follow, ctx, run, follow, every, until_version, urls, metrics_port)
+            if anyio.run(_follow, ctx, run, follow, every, until_version, urls, metrics_port):
+                out.print("interrupted: the engine and gateway stop")
+                raise typer.Exit(130)
         else:
             anyio.run(_evaluate, ctx, run, None)
 
@@ -235,22 +237,33 @@ async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -
 async def _follow(
     ctx: _Evaluation, run: str, of_run: str, every: int, until: int, urls: tuple[str, str] | None,
     metrics_port: int | None,
-) -> None:  # fmt: skip
+) -> bool:  # fmt: skip
     """Evaluate ``of_run``'s versions as they are published: load each on this command's engine (its own:
     the run's engines never wait for an evaluation; ``urls`` None: the run's own engine serves it), evaluate
     it, publish the results; a version this
     evaluation has results for (an earlier start's) is not evaluated again. With ``metrics_port``, how
-    far behind the run it is, on ``/metrics`` (``evaluation.follow.FollowMetrics``)."""
+    far behind the run it is, on ``/metrics`` (``evaluation.follow.FollowMetrics``). SIGINT or SIGTERM
+    cancels it, through anyio's cancel scope (level-triggered: a Kafka client's teardown that swallowed the
+    event loop's one-shot cancellation left the command running after Ctrl-C); True when it was."""
     from cua_stream.evaluation.follow import FollowMetrics
+    from cua_stream.lifecycle import stop_on_signal
     from cua_stream.metrics import serve_metrics
 
-    metrics = FollowMetrics(of_run)
+    metrics, stop = FollowMetrics(of_run), anyio.Event()
     async with anyio.create_task_group() as tg:
+        tg.start_soon(stop_on_signal, stop, "eval --follow")
+
+        async def cancel_on_stop() -> None:
+            await stop.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(cancel_on_stop)
         if metrics_port is not None:
             port = await tg.start(serve_metrics, metrics.render, "127.0.0.1", metrics_port)
             out.print(f"    the evaluation's lag on [bold]http://127.0.0.1:{port}/metrics[/bold]")
         await _follow_versions(ctx, run, of_run, every, until, urls, metrics)
         tg.cancel_scope.cancel()
+    return stop.is_set()
 
 
 async def _follow_versions(

@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 NAME = "cua_consumer_lag_records"
 SAMPLE_EVERY_S = 5.0
+WAIT_S = 0.2
+"""How often the sampler looks for a reader that is not open yet."""
 
 Partition = tuple[str, int]
 """(topic name, partition number)."""
@@ -60,18 +62,21 @@ class ConsumerLag:
     async def watch(
         self, consumer: Callable[[], AIOKafkaConsumer | None], every_s: float = SAMPLE_EVERY_S
     ) -> None:
-        """Sample ``consumer()`` (None while there is none) every ``every_s`` until cancelled. A sample
+        """Sample ``consumer()`` every ``every_s`` until cancelled; while it is None (the reader not yet
+        open) look again every ``WAIT_S``, so the first lag shows as soon as the reader reads. A sample
         that fails (a rebalance, a broker away) leaves the last values and is tried again next time: the
         lag is for reading, never a reason for the daemon to stop."""
         failing = False
         while True:
             current = consumer()
-            if current is not None:
-                try:
-                    await self.sample(current)
-                    failing = False
-                except (KafkaError, ConsumerStoppedError) as e:
-                    if not failing:
-                        log.info("consumer lag not sampled (tried again every %g s): %r", every_s, e)
-                    failing = True
+            if current is None:
+                await anyio.sleep(min(WAIT_S, every_s))
+                continue
+            try:
+                await self.sample(current)
+                failing = False
+            except (KafkaError, ConsumerStoppedError) as e:
+                if not failing:
+                    log.info("consumer lag not sampled (tried again every %g s): %r", every_s, e)
+                failing = True
             await anyio.sleep(every_s)

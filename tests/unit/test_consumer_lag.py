@@ -1,10 +1,12 @@
 """Consumer lag, the pure part: end − position per partition read, never negative, only partitions with
 both known; the gauge replaced whole (a partition no longer read leaves the page); and every consuming
-daemon's metrics page carries the family."""
+daemon's metrics page carries the family; the sampler's first sample as soon as the reader opens."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
+from aiokafka import TopicPartition
 
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
@@ -42,3 +44,32 @@ def test_the_consuming_daemons_export_the_family() -> None:
         "producer": ProducerMetrics().registry.render(),
     }
     assert [d for d, page in pages.items() if f"# TYPE {NAME} gauge" not in page] == []
+
+
+class _Reader:
+    """A consumer's three calls the sampler makes (unit-test stand-in)."""
+
+    def assignment(self) -> set[TopicPartition]:
+        return {TopicPartition("o", 0)}
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: 10 for tp in tps}
+
+    async def position(self, tp: TopicPartition) -> int:
+        return 4
+
+
+@pytest.mark.anyio
+async def test_the_first_sample_comes_as_soon_as_the_reader_opens_not_a_period_later() -> None:
+    lag = ConsumerLag(Registry())
+    reader: list[_Reader] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lag.watch, lambda: reader[0] if reader else None, 3600.0)  # period: an hour
+        await anyio.sleep(0.3)
+        assert lag.gauge.samples() == {}  # no reader yet: nothing on the page
+        reader.append(_Reader())
+        with anyio.fail_after(5):  # not an hour: it looked again while there was none
+            while not lag.gauge.samples():
+                await anyio.sleep(0.05)
+        tg.cancel_scope.cancel()
+    assert lag.gauge.samples() == {("o", "0"): 6.0}

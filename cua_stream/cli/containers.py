@@ -24,10 +24,16 @@ out = Console(highlight=False, stderr=True)
 def start(
     build: Annotated[bool, typer.Option(help="Also build (or check) the images.")] = False,
 ) -> None:
-    """Start the private Docker daemon (root) and install the compose plugin (built once, ~3 min)."""
-    from cua_stream.containers import ensure_running
+    """Start the private Docker daemon (root) and install the compose plugin (built once, ~3 min); with
+    --build, build (or check) every image: the episodes' and those of a local compose run."""
+    from cua_stream.containers import ensure_running, service_images
 
     home, started = ensure_running(build=build, export=False, say=out.print)
+    if build:  # and the images a local compose run uses (the episodes' are built by ensure_running)
+        for built in service_images.build_services(home, say=out.print):
+            out.print(
+                f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)"
+            )
     out.print(f"docker daemon {'started' if started else 'already running'} at {home.host}")
     print(_exports(home))
 
@@ -46,14 +52,14 @@ def stop() -> None:
 @friendly_errors
 def status() -> None:
     """Whether the daemon answers, where it lives, and which of the project's images are built."""
-    from cua_stream.containers import dockerd, images
+    from cua_stream.containers import dockerd, images, service_images
 
     home = dockerd.DockerHome.default()
     up = home.running()
     out.print(f"daemon: {'running' if up else 'not running'} ({home.host}); data under {home.root}")
     out.print(f"compose plugin: {'installed' if home.compose_plugin.exists() else 'missing'}")
     if up:
-        for name in (images.BASE, images.DESKTOP, images.TASKS):
+        for name in (images.BASE, images.DESKTOP, images.TASKS, service_images.KAFKA, service_images.RUNTIME):
             out.print(f"image {name}: {'built' if images.image_label(home, name) else 'missing'}")
     raise typer.Exit(0 if up else 1)
 
@@ -61,7 +67,8 @@ def status() -> None:
 @app.command()
 @friendly_errors
 def build(rebuild: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False) -> None:
-    """Build the base, desktop and tasks images (each skipped when what it is built from is unchanged)."""
+    """Build the base, desktop and tasks images, and the Kafka and runtime images a local compose run
+    uses (each skipped when what it is built from is unchanged)."""
     from cua_stream.containers import dockerd
 
     home = dockerd.DockerHome.default()
@@ -79,10 +86,30 @@ def env() -> None:
     print(_exports(dockerd.DockerHome.default()))
 
 
-def _build(home: object, *, rebuild: bool) -> None:
-    from cua_stream.containers import images
+@app.command("local-env")
+@friendly_errors
+def local_env(
+    models: Annotated[str, typer.Option(help="Directory whose qwen3-vl/ holds the model (make-tiny-model).")],
+) -> None:
+    """Print the exports compose/local.yml needs: this checkout and its interpreter (mounted), the
+    models directory, and random secrets for those not set yet. Then: docker compose -f
+    compose/docker-compose.yml -f compose/local.yml up -d."""
+    import os
+    from pathlib import Path
 
-    for built in images.build_all(home, rebuild=rebuild, say=out.print):  # type: ignore[arg-type]
+    from cua_stream.containers import dockerd, local_compose
+
+    values = local_compose.local_env(local_compose.checkout_root(), Path(models), os.environ)
+    print(_exports(dockerd.DockerHome.default()))
+    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
+
+
+def _build(home: object, *, rebuild: bool) -> None:
+    from cua_stream.containers import images, service_images
+
+    built_images = images.build_all(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
+    built_images += service_images.build_services(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
+    for built in built_images:
         out.print(f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)")
 
 

@@ -1,7 +1,7 @@
 """The compose files describe a deployment the code agrees with: every cua-stream service runs a real
 subcommand with real flags and real settings, the ports and addresses are the code's defaults, services
 beyond loopback require their keys, and the three-broker variant is one quorum with three replicas.
-(No Docker daemon runs here: the files are checked, not started.)"""
+(tests/containers/test_compose_up.py starts them; tests/unit/test_compose_local.py checks the local override.)"""
 
 from __future__ import annotations
 
@@ -53,7 +53,9 @@ def required(value: str) -> bool:
 
 
 def cua_services(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {n: s for n, s in doc["services"].items() if str(s.get("image", "")).startswith("cua-stream:")}
+    return {
+        n: s for n, s in doc["services"].items() if resolved(s.get("image", "")).startswith("cua-stream:")
+    }
 
 
 def options_of(command: list[str]) -> set[str]:
@@ -78,7 +80,7 @@ def test_every_cua_service_runs_a_real_command_with_real_flags_and_settings() ->
     bus_fields = {f.upper() for f in BusConfig.__struct_fields__}
     for name, service in services.items():
         assert (
-            service["image"] == f"cua-stream:{version}"
+            resolved(service["image"]) == f"cua-stream:{version}"
             and service["build"]["dockerfile"] == "compose/Dockerfile"
         )
         command = service["command"]
@@ -102,7 +104,7 @@ def test_every_cua_service_runs_a_real_command_with_real_flags_and_settings() ->
 def test_ports_addresses_and_the_blob_store_agree_with_the_code() -> None:
     s = load("docker-compose.yml")["services"]
     env = {n: {k: resolved(v) for k, v in svc.get("environment", {}).items()} for n, svc in s.items()}
-    assert s["kafka"]["image"] == f"apache/kafka:{BrokerConfig().kafka_version}"
+    assert resolved(s["kafka"]["image"]) == f"apache/kafka:{BrokerConfig().kafka_version}"
     internal = env["kafka"]["KAFKA_ADVERTISED_LISTENERS"].split(",")
     for name in cua_services(load("docker-compose.yml")):
         assert f"INTERNAL://{env[name]['CUA_BOOTSTRAP_SERVERS']}" in internal, name

@@ -1,0 +1,3 @@
+#!/bin/bash
+# Healthy once this start of the broker has logged that it serves.
+grep -q 'Kafka Server started' /opt/kafka/logs/server.log

@@ -1,0 +1,62 @@
+"""``compose/`` on the images built here (``compose/local.yml``): the variables that override needs, and
+the ``docker compose`` arguments for the one-node and three-node files.
+
+compose/local.yml mounts this checkout and the interpreter its ``.venv`` was made from at their own
+paths (the venv's scripts and its editable install name them absolutely), so both are found from the
+checkout itself rather than asked for.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from cua_stream.errors import ContainerEngineError
+
+ONE_NODE = ("docker-compose.yml", "local.yml")
+THREE_NODES = ("docker-compose.yml", "kafka-3.yml", "local.yml", "local-kafka-3.yml")
+SECRETS = ("MINIO_ROOT_PASSWORD", "ENGINE_API_KEY", "GATEWAY_API_KEY", "GATEWAY_ADMIN_API_KEY",
+           "GRAFANA_ADMIN_PASSWORD")  # fmt: skip
+"""What the main file requires (``${VAR:?}``); each gets a fresh random value unless already set."""
+
+
+def checkout_root() -> Path:
+    """The checkout this package runs from (where ``compose/`` and ``.venv`` are)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def mounts_env(checkout: Path) -> dict[str, str]:
+    """CUA_CHECKOUT and CUA_PYTHON_HOME for ``checkout``, whose ``.venv`` must exist."""
+    python = checkout / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise ContainerEngineError(
+            f"{checkout}/.venv is missing (compose/local.yml mounts it): run bash scripts/setup.sh there"
+        )
+    return {"CUA_CHECKOUT": str(checkout), "CUA_PYTHON_HOME": str(python.resolve().parents[1])}
+
+
+def local_env(
+    checkout: Path, models: Path, present: Mapping[str, str], model_dir: str = "qwen3-vl"
+) -> dict[str, str]:
+    """Everything compose/local.yml and the main file need that ``present`` (the environment) lacks:
+    the mounts, the models directory (the model in its ``model_dir``), and a random value for each
+    secret."""
+    if not (models / model_dir / "config.json").exists():
+        raise ContainerEngineError(
+            f"{models}/{model_dir} holds no model: cua-stream make-tiny-model {models}/{model_dir}"
+        )
+    wanted = {**mounts_env(checkout), "CUA_MODELS": str(models.resolve()), "MODEL_DIR": model_dir}
+    wanted.update({name: secrets.token_urlsafe(18) for name in SECRETS if not present.get(name)})
+    return wanted
+
+
+def compose_args(project: str, *, three_nodes: bool = False, compose_dir: Path | None = None) -> list[str]:
+    """``docker compose`` arguments (before the verb) for the local run of one or three Kafka nodes."""
+    where = compose_dir or checkout_root() / "compose"
+    args = ["compose", "-p", project]
+    for name in THREE_NODES if three_nodes else ONE_NODE:
+        args += ["-f", str(where / name)]
+    if three_nodes:
+        args += ["--env-file", str(where / "kafka-3.env")]
+    return args

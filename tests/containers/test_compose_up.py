@@ -1,0 +1,140 @@
+"""compose/ started for real: `docker compose up` of the one-node and the three-node files, on the images
+built here (compose/local.yml: Kafka from the pinned jars, the reference engine for SGLang, moto's S3
+server for MinIO). GRPO steps go through the containers, and the chaos invariants hold on what the
+topics hold; in the three-node run one broker container is killed and started again mid-run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+
+from cua_stream.bus.reader import scan
+from cua_stream.chaos.evidence import read_run
+from cua_stream.chaos.invariants import check_all, totals
+from cua_stream.config import BusConfig
+from cua_stream.containers import images, local_compose, service_images
+from cua_stream.containers.dockerd import DockerHome
+from cua_stream.events import TrainStep
+from cua_stream.topics import TRAIN_STEPS
+from tests.conftest import free_port
+from tests.integration.gateway_servers import tiny_model_dir
+
+__all__ = ["tiny_model_dir"]  # fixture
+
+pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow, pytest.mark.containers]
+
+MAX_IN_FLIGHT = 3
+"""compose/docker-compose.yml's trainer: (max_staleness 2 + 1) × 1 group per step (compose/local.yml)."""
+
+
+class Deployment:
+    def __init__(self, project: str, env: dict[str, str], *, three_nodes: bool) -> None:
+        self.args = local_compose.compose_args(project, three_nodes=three_nodes)
+        self.env = env
+
+    def compose(self, *verb: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker", *self.args, *verb], capture_output=True, text=True, env=self.env,
+                              timeout=timeout)  # fmt: skip
+
+    def logs(self) -> str:
+        return self.compose("logs", "--no-color", "--tail", "40").stdout[-12000:]
+
+
+@pytest.fixture
+def deployment(
+    request: pytest.FixtureRequest, docker_engine: DockerHome, tiny_model_dir: Path
+) -> Iterator[tuple[Deployment, BusConfig, str]]:
+    for built in [images.build_base(docker_engine, say=print), *service_images.build_services(docker_engine)]:
+        print(f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)")
+    three = request.param == "three"
+    run_id = f"compose-{uuid.uuid4().hex[:6]}"
+    ports = {
+        "KAFKA_HOST_PORT": free_port(),
+        "GATEWAY_HOST_PORT": free_port(),
+        "DASHBOARD_HOST_PORT": free_port(),
+    }
+    if three:
+        ports |= {"KAFKA_2_HOST_PORT": free_port(), "KAFKA_3_HOST_PORT": free_port()}
+    env = dict(os.environ) | {k: str(v) for k, v in ports.items()}
+    env |= local_compose.local_env(
+        local_compose.checkout_root(), tiny_model_dir.parent, {}, tiny_model_dir.name
+    )
+    env |= {"RUN_ID": run_id, "TRAINER_MAX_STEPS": "6" if three else "3"}
+    bootstrap = ",".join(f"127.0.0.1:{ports[k]}" for k in ports if k.startswith("KAFKA"))
+    dep = Deployment(f"cua-test-{run_id}", env, three_nodes=three)
+    try:
+        up = dep.compose("up", "-d")
+        assert up.returncode == 0, up.stderr[-4000:] + dep.logs()
+        yield dep, BusConfig(bootstrap_servers=bootstrap, topic_prefix="cua"), run_id
+    finally:
+        dep.compose("down", "-v", "--remove-orphans", "--timeout", "5")
+
+
+async def steps_done(bus: BusConfig) -> list[int]:
+    return [d.event.step async for d in scan(bus, TRAIN_STEPS) if isinstance(d.event, TrainStep)]
+
+
+async def wait_for_steps(bus: BusConfig, n: int, dep: Deployment, timeout_s: float = 480) -> None:
+    deadline = time.monotonic() + timeout_s
+    while len(await steps_done(bus)) < n:
+        assert time.monotonic() < deadline, f"{n} steps not trained in {timeout_s:.0f} s:\n{dep.logs()}"
+        await anyio.sleep(3)
+
+
+async def replicas(bus: BusConfig) -> set[int]:
+    """How many replicas the registry's partitions have (one number when they all agree)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bus.bootstrap_servers)
+    await admin.start()
+    try:
+        names = [n for n in await admin.list_topics() if n.startswith("cua.")]
+        return {len(p["replicas"]) for t in await admin.describe_topics(names) for p in t["partitions"]}
+    finally:
+        await admin.close()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("deployment", ["one"], indirect=True)
+async def test_one_node_compose_trains_grpo_steps_and_keeps_every_record(
+    deployment: tuple[Deployment, BusConfig, str],
+) -> None:
+    dep, bus, run_id = deployment
+    await wait_for_steps(bus, 3, dep)
+    log = await read_run(bus, run_id)
+    checks = check_all(log, max_in_flight=MAX_IN_FLIGHT)
+    assert totals(checks) == (0, 0) and all(not c.problems for c in checks), checks
+    assert [s.step for s in log.steps] == [1, 2, 3] and [v.version for v in log.policy] == [1, 2, 3]
+    # the engine container serves the trainer container's last weights (read from the shared volume)
+    info = dep.compose("exec", "-T", "engine", f"{dep.env['CUA_CHECKOUT']}/.venv/bin/python", "-c",
+                       "import json, os, urllib.request as u; print(json.load(u.urlopen(u.Request("
+                       "'http://127.0.0.1:30000/get_model_info', headers={'Authorization': 'Bearer ' + "
+                       "os.environ['CUA_ENGINE_API_KEY']})))['weight_version'])")  # fmt: skip
+    assert info.stdout.strip() == "3", info.stderr
+    assert await replicas(bus) == {1}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("deployment", ["three"], indirect=True)
+async def test_three_nodes_lose_and_duplicate_nothing_when_a_broker_is_killed_mid_run(
+    deployment: tuple[Deployment, BusConfig, str],
+) -> None:
+    dep, bus, run_id = deployment
+    assert await replicas(bus) == {3}
+    await wait_for_steps(bus, 1, dep)
+    killed = dep.compose("kill", "kafka-2")
+    assert killed.returncode == 0, killed.stderr
+    await wait_for_steps(bus, 3, dep)  # trained on with a node down (two in sync: min.insync.replicas)
+    started = dep.compose("start", "kafka-2")
+    assert started.returncode == 0, started.stderr
+    await wait_for_steps(bus, 6, dep)
+    log = await read_run(bus, run_id)
+    checks = check_all(log, max_in_flight=MAX_IN_FLIGHT)
+    assert totals(checks) == (0, 0) and all(not c.problems for c in checks), checks
+    assert [s.step for s in log.steps] == [1, 2, 3, 4, 5, 6]

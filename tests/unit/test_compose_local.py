@@ -1,0 +1,79 @@
+"""compose/local.yml (the deployment on images built here) covers the whole main file: every service
+whose image comes from a registry gets a local image or stays off by default, no GPU is reserved, and
+the variables it needs are found from the checkout or refused with the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from cua_stream.containers import local_compose, service_images
+from cua_stream.errors import ContainerEngineError
+
+
+class _Tags(yaml.SafeLoader):
+    """compose's !reset / !override tags, read as the value they carry."""
+
+
+for _tag in ("!reset", "!override"):
+    _Tags.add_constructor(_tag, lambda loader, node: None if node.value in ("null", "", None) else (
+        loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode) else
+        loader.construct_mapping(node) if isinstance(node, yaml.MappingNode) else
+        loader.construct_scalar(node)))  # fmt: skip
+
+COMPOSE = local_compose.checkout_root() / "compose"
+
+
+def load(name: str) -> dict[str, Any]:
+    return yaml.load((COMPOSE / name).read_text(), Loader=_Tags)  # a SafeLoader subclass
+
+
+LOCAL_IMAGES = {"${CUA_RUNTIME_IMAGE:-cua-runtime:local}", "${KAFKA_IMAGE:-cua-kafka:local}"}
+
+
+def test_every_registry_image_is_replaced_or_left_off_and_no_gpu_is_reserved() -> None:
+    for base_name, local_name in (("docker-compose.yml", "local.yml"), ("kafka-3.yml", "local-kafka-3.yml")):
+        base, local = load(base_name)["services"], load(local_name)["services"]
+        for name, service in base.items():
+            if "image" not in service:
+                continue  # only overrides another file's service
+            over = local.get(name, {})
+            if over.get("profiles"):
+                continue  # off unless asked for
+            assert over.get("image") in LOCAL_IMAGES and over.get("pull_policy") == "never", name
+            if "deploy" in service:
+                assert "deploy" in over and not over["deploy"], name  # the GPU reservation reset
+    assert {service_images.KAFKA, service_images.RUNTIME} == {
+        i.split(":-")[1].rstrip("}") for i in LOCAL_IMAGES
+    }
+
+
+def test_the_compose_arguments_name_the_files_in_override_order() -> None:
+    one = local_compose.compose_args("p", compose_dir=Path("/c"))
+    assert one == ["compose", "-p", "p", "-f", "/c/docker-compose.yml", "-f", "/c/local.yml"]
+    three = local_compose.compose_args("p", three_nodes=True, compose_dir=Path("/c"))
+    files = [three[i + 1] for i, a in enumerate(three) if a == "-f"]
+    assert files == ["/c/docker-compose.yml", "/c/kafka-3.yml", "/c/local.yml", "/c/local-kafka-3.yml"]
+    assert three[-2:] == ["--env-file", "/c/kafka-3.env"]
+    for name in local_compose.THREE_NODES:
+        assert (COMPOSE / name).is_file(), name
+
+
+def test_the_local_environment_is_found_from_the_checkout_or_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ContainerEngineError, match="make-tiny-model"):
+        local_compose.local_env(local_compose.checkout_root(), tmp_path, {})
+    (tmp_path / "qwen3-vl").mkdir()
+    (tmp_path / "qwen3-vl" / "config.json").write_text("{}")
+    with pytest.raises(ContainerEngineError, match=r"\.venv is missing.*scripts/setup\.sh"):
+        local_compose.local_env(tmp_path, tmp_path, {})
+    checkout = local_compose.checkout_root()
+    if not (checkout / ".venv" / "bin" / "python").exists():
+        pytest.skip("this checkout has no .venv")
+    env = local_compose.local_env(checkout, tmp_path, {"ENGINE_API_KEY": "mine"})
+    assert env["CUA_CHECKOUT"] == str(checkout) and env["MODEL_DIR"] == "qwen3-vl"
+    assert (Path(env["CUA_PYTHON_HOME"]) / "bin").is_dir()
+    assert "ENGINE_API_KEY" not in env  # a secret already set is kept
+    assert set(local_compose.SECRETS) - {"ENGINE_API_KEY"} <= set(env) and len(env["GATEWAY_API_KEY"]) >= 20

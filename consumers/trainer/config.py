@@ -36,6 +36,13 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_staleness: int = 1
     """Policy versions a group's oldest token may lag the trainer's; the feeder keeps at most
     ``(max_staleness + 1) * groups_per_step`` groups in flight."""
+    on_stale: Literal["drop_group", "mask"] = "drop_group"
+    """A group with tokens sampled more than ``max_staleness`` versions before the weights it would
+    train: ``drop_group`` drops it whole (as ``stale``); ``mask`` trains it with those tokens' loss mask
+    0 (not trained, still in the context) and the rest as usual, and drops it as ``stale`` only when
+    every token it would train is past the bound (nothing left to train). Checked again at the step, for
+    a group that waited in the queue. Each step records how many tokens it masked
+    (``masked_stale_tokens``); consumers/trainer/stale_mask.py."""
     on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
     min_survivors: int = 2
     filter_zero_variance: bool = False
@@ -192,6 +199,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             min_survivors=self.min_survivors,
             filter_zero_variance=self.filter_zero_variance,
             max_staleness=self.max_staleness,
+            on_stale=self.on_stale,
             std_normalize=self.std_normalize,
             negative_scale=self.negative_scale,
         )

@@ -49,6 +49,7 @@ from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.rerun import recorded_batches
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.sinks import TrainerSinks
+from consumers.trainer.stale_mask import mask_episodes
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
 from consumers.trainer.step_record import describe_step, token_staleness, train_step
 from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
@@ -107,6 +108,8 @@ class Trainer:
         """When the trainer last had nothing to train (its start, or its last commit's end)."""
         self._stale_tokens: dict[int, int] = {}
         """The step in hand's trained tokens per staleness (its record carries them)."""
+        self._masked_stale = 0
+        """The step in hand's tokens masked past the bound (``on_stale="mask"``)."""
         self._lr = config.lr
         """The last step's learning rate (``lr_warmup_steps`` ramps it)."""
         self.state = TrainerState()
@@ -237,7 +240,9 @@ class Trainer:
                 positions = await inputs.positions()
                 await self._decide(join, positions)
                 while True:
-                    st.queue, stale = stale_in_queue(st.queue, st.version, cfg.policy.max_staleness)
+                    st.queue, stale = stale_in_queue(
+                        st.queue, st.version, cfg.max_staleness, mask=cfg.on_stale == "mask"
+                    )
                     for queued, detail in stale:
                         self._drop(join, queued.group, drop(DropReason.STALE, detail))
                     batch, st.queue = self._take(st.queue, join)
@@ -356,10 +361,14 @@ class Trainer:
     ) -> None:
         st = self.state
         items: list[TrainItem] = []
-        episode = 0
+        episode = self._masked_stale = 0
         for queued in batch:
+            samples = queued.samples
+            if self.config.on_stale == "mask":  # at the version trained: what aged in the queue too
+                samples, masked = mask_episodes(samples, version=st.version, bound=self.config.max_staleness)
+                self._masked_stale += masked
             for episode_id, advantage in queued.decision.advantages.items():
-                for sample in queued.samples[episode_id]:
+                for sample in samples[episode_id]:
                     items.append(TrainItem(sample, advantage, episode))
                     self.metrics.staleness.inc(lag=str(staleness(st.version, sample.oldest_version)))
                 episode += 1
@@ -414,6 +423,7 @@ class Trainer:
                     lr=self._lr,
                     timings=self._timings,
                     stale_tokens=self._stale_tokens,
+                    masked_stale_tokens=self._masked_stale,
                     finished_at=self.clock(),
                 )
             )

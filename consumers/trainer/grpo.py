@@ -8,7 +8,9 @@ A group is the n episodes of one task drawn together. The decisions, in the orde
    not the policy's doing, and the survivors alone would bias the group's baseline); with
    ``keep_survivors`` the rewarded episodes train when at least ``min_survivors`` remain.
 3. **Off-policy bound**: a group whose oldest trained token was sampled by a weight version older than
-   ``trainer_version - max_staleness`` is dropped as ``stale``.
+   ``trainer_version - max_staleness`` is dropped as ``stale``. With ``on_stale="mask"`` it trains
+   instead, its tokens past the bound masked out of the loss (``stale_mask``); only a group whose every
+   trained token is past the bound (nothing left to train) is dropped as ``stale``.
 4. **Zero variance** (optional): a group whose rewards are all equal has no signal; dropped.
 5. **Advantages per episode** (not per sample: an episode that compacted more often gets no extra
    weight): ``(r - mean) / (std + eps)`` over the group's episodes, ``std`` unbiased (n - 1), as the
@@ -61,6 +63,10 @@ class GroupPolicy:
     filter_zero_variance: bool = False
     max_staleness: int | None = None
     """Versions a group's oldest token may lag the trainer's; None: no bound."""
+    on_stale: Literal["drop_group", "mask"] = "drop_group"
+    """A group with tokens past ``max_staleness``: ``drop_group`` drops it whole; ``mask`` trains it with
+    those tokens masked out of the loss (still in the context), and drops it only when every trained
+    token is past the bound (nothing left to train)."""
     std_normalize: bool = True
     epsilon: float = 1e-6
     negative_scale: float = 1.0
@@ -78,6 +84,8 @@ class GroupPolicy:
             raise ValueError(f"negative_scale must be >= 0, not {self.negative_scale}")
         if self.max_staleness is not None and self.max_staleness < 0:
             raise ValueError("max_staleness must be >= 0 (or None)")
+        if self.on_stale not in ("drop_group", "mask"):
+            raise ValueError(f"on_stale: 'drop_group' or 'mask', not {self.on_stale!r}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,13 @@ class EpisodeResult:
     verdict: Reward | Discard
     oldest_version: int
     """The oldest weight version among its trained tokens."""
+    newest_version: int | None = None
+    """The newest weight version among its trained tokens (``on_stale="mask"`` reads it); None: the
+    same as ``oldest_version`` (one version for the whole episode)."""
+
+    @property
+    def newest(self) -> int:
+        return self.oldest_version if self.newest_version is None else self.newest_version
 
 
 @dataclass(frozen=True)
@@ -124,7 +139,14 @@ def decide(
         return drop(DropReason.DISCARDED, ",".join(sorted({e.verdict.reason for e in discards})))
     if discards and len(kept) < policy.min_survivors:
         return drop(DropReason.TOO_FEW_SURVIVORS, f"{len(kept)} rewarded of {len(episodes)}")
-    if policy.max_staleness is not None:  # over every episode, discarded ones too, as the reference does
+    if policy.max_staleness is not None and policy.on_stale == "mask":  # over the episodes that train
+        newest = max(e.newest for e in kept)
+        if too_stale(trainer_version, newest, policy.max_staleness):
+            return drop(
+                DropReason.STALE,
+                f"every trained token is stale: newest v{newest} < v{trainer_version} - {policy.max_staleness}",
+            )
+    elif policy.max_staleness is not None:  # over every episode, discarded ones too, as the reference does
         oldest = min(e.oldest_version for e in episodes)
         if too_stale(trainer_version, oldest, policy.max_staleness):
             return drop(

@@ -8,8 +8,10 @@ samples, then ``grpo.decide``), and the step's counts are taken as the torch bac
 episode counts once it brings a sample). The rebuild is then checked against the ``TrainStep`` record.
 
 What the topics do not say comes from the trainer's configuration (``StepRules``): the group rules that
-set the advantages and ``max_seq_len``, which cuts samples. The staleness bound is not applied: the step
-record says the group trained, and the trainer's version when it judged the group is not recorded.
+set the advantages and ``max_seq_len``, which cuts samples. The staleness bound is not applied to the
+decision: the step record says the group trained, and the trainer's version when it judged the group is
+not recorded. Under ``on_stale = "mask"`` the tokens past the bound are masked as the trainer masked
+them, at the version the step trained (its ``policy_version`` - 1), with ``max_staleness``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from consumers.trainer.grpo import GroupDecision, GroupPolicy
 from consumers.trainer.join import Join
 from consumers.trainer.judge import assess
 from consumers.trainer.samples import CallTreeError, Sample, Vocabulary
+from consumers.trainer.stale_mask import mask_episodes
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Discard, Reward, TrainStep
 
@@ -38,6 +41,9 @@ class StepRules(msgspec.Struct, frozen=True, kw_only=True):
     std_normalize: bool = True
     negative_scale: float = 1.0
     max_seq_len: int = 32768
+    on_stale: Literal["drop_group", "mask"] = "drop_group"
+    max_staleness: int = 1
+    """Read only under ``on_stale = "mask"`` (the tokens the step masked)."""
 
     def policy(self, group_size: int) -> GroupPolicy:
         return GroupPolicy(
@@ -120,21 +126,23 @@ def _group(
     if state is None or state.scored == 0:
         return GroupBatch(group_id, None, error="no scores of the group on the topics")
     policy = rules.policy(group_size=state.scored)  # the trainer judged it once all were scored
-    version = max(step.policy_version - 1, 0)  # only the staleness bound reads it, and that is off
+    version = max(step.policy_version - 1, 0)  # the version the step trained (read by the mask only)
     try:
         judgement, _ = assess(
             state, policy=policy, version=version, max_seq_len=rules.max_seq_len, vocab=vocab
         )
     except CallTreeError as e:  # the trainer would have dropped the group as invalid_records
         return GroupBatch(group_id, None, error=f"the records do not assemble: {e}")
-    decision = judgement.decision
+    decision, samples = judgement.decision, judgement.samples
+    if rules.on_stale == "mask":  # as the trainer's step did
+        samples, _ = mask_episodes(samples, version=version, bound=rules.max_staleness)
     episodes = tuple(
         EpisodeBatch(
             episode_id=episode_id,
             verdict=episode.score.verdict,
             attempt=episode.score.attempt,
             advantage=decision.advantages.get(episode_id),
-            samples=judgement.samples.get(episode_id, ()),
+            samples=samples.get(episode_id, ()),
         )
         for episode_id, episode in state.episodes.items()
         if episode.score is not None

@@ -21,6 +21,7 @@ from consumers.trainer.grpo import (
 )
 from consumers.trainer.join import Coordinates, GroupState
 from consumers.trainer.samples import CallTreeError, Sample, Vocabulary, assemble, oldest_trained_version
+from consumers.trainer.stale_mask import newest_trained_version
 from cua_stream.blobs import BlobStore
 from cua_stream.bus.codec import dead_letter
 from cua_stream.bus.consumer import handler_action
@@ -101,8 +102,14 @@ def assess(
         samples[episode_id] = assemble(calls, max_seq_len=max_seq_len, vocab=vocab).samples
         scored_calls += calls
         oldest = oldest_trained_version(samples[episode_id])
+        newest = newest_trained_version(samples[episode_id])
         results.append(
-            EpisodeResult(episode_id, episode.score.verdict, version if oldest is None else oldest)
+            EpisodeResult(
+                episode_id,
+                episode.score.verdict,
+                version if oldest is None else oldest,
+                version if newest is None else newest,
+            )
         )
     decision = decide(results, policy, trainer_version=version)
     assert decision is not None  # the group is complete

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from consumers.trainer.grpo import GroupDecision
 from consumers.trainer.join import GroupState
 from consumers.trainer.samples import Sample, oldest_trained_version
+from consumers.trainer.stale_mask import newest_trained_version
 from cua_stream.events import DeadLetter, GroupDropped
 from cua_stream.versions import too_stale
 
@@ -21,24 +22,37 @@ class Queued:
     samples: dict[str, tuple[Sample, ...]]
 
     @property
+    def trained_samples(self) -> list[Sample]:
+        return [s for episode_id in self.decision.advantages for s in self.samples.get(episode_id, ())]
+
+    @property
     def oldest_version(self) -> int | None:
         """The oldest weight version among the tokens it would train (None: no trained token has one)."""
-        return oldest_trained_version(
-            sample for episode_id in self.decision.advantages for sample in self.samples.get(episode_id, ())
-        )
+        return oldest_trained_version(self.trained_samples)
+
+    @property
+    def newest_version(self) -> int | None:
+        """The newest weight version among the tokens it would train (None: no trained token has one)."""
+        return newest_trained_version(self.trained_samples)
 
 
 def stale_in_queue(
-    queue: list[Queued], version: int, bound: int | None
+    queue: list[Queued], version: int, bound: int | None, *, mask: bool = False
 ) -> tuple[list[Queued], list[tuple[Queued, str]]]:
     """The queue split into the groups still within the off-policy bound at ``version`` and the ones
     past it, each with why. A group is decided (the bound checked) when its last score arrives, but it
-    may wait in the queue across a step for its own: by then the weights moved on one more version."""
+    may wait in the queue across a step for its own: by then the weights moved on one more version.
+    With ``mask`` (``on_stale="mask"``) a group stays while any token it trains is within the bound (the
+    step masks the others, ``stale_mask``); it is dropped only when every one of them is past it."""
     keep: list[Queued] = []
     stale: list[tuple[Queued, str]] = []
     for queued in queue:
-        oldest = queued.oldest_version
-        if oldest is not None and too_stale(version, oldest, bound):
+        if mask and (newest := queued.newest_version) is not None and too_stale(version, newest, bound):
+            why = (
+                f"queued across a step: every trained token is stale, newest v{newest} < v{version} - {bound}"
+            )
+            stale.append((queued, why))
+        elif not mask and (oldest := queued.oldest_version) is not None and too_stale(version, oldest, bound):
             stale.append((queued, f"queued across a step: oldest token v{oldest} < v{version} - {bound}"))
         else:
             keep.append(queued)

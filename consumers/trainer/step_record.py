@@ -24,6 +24,7 @@ def train_step(
     timings: Mapping[str, float],
     finished_at: float,
     stale_tokens: Mapping[int, int] | None = None,
+    masked_stale_tokens: int = 0,
 ) -> TrainStep:
     return TrainStep(
         run_id=run_id,
@@ -40,6 +41,7 @@ def train_step(
             "clip_fraction": stats.loss.clip_fraction,
             "kl": stats.loss.kl,
             "trained_tokens": float(stats.loss.tokens),
+            "masked_stale_tokens": float(masked_stale_tokens),  # past the bound (trainer.on_stale mask)
             "mean_reward": mean_reward(batch),
             "lr": lr,
             **timings,  # where the step's time went: wait_s, train_s (forward/backward), save_s, ...

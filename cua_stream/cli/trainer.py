@@ -27,6 +27,13 @@ def trainer(
         int | None, typer.Option(help="Groups per optimizer step (default 2).")
     ] = None,
     max_staleness: Annotated[int | None, typer.Option(help="Versions a group may lag (default 1).")] = None,
+    on_stale: Annotated[
+        str | None,
+        typer.Option(
+            help="A group with tokens past --max-staleness: drop_group (default) or mask (those tokens leave "
+            "the loss, the rest trains)."
+        ),
+    ] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (0: never).")] = None,
     checkpoint_dir: Annotated[str | None, typer.Option(help="Checkpoints and weights directory.")] = None,
     blob_dir: Annotated[
@@ -66,6 +73,7 @@ def trainer(
             "group_size": group_size,
             "groups_per_step": groups_per_step,
             "max_staleness": max_staleness,
+            "on_stale": on_stale,
             "max_steps": max_steps,
             "checkpoint_dir": checkpoint_dir,
             "blob_dir": blob_dir,

@@ -94,3 +94,57 @@ async def test_each_drop_is_published_with_its_reason_and_counted(
     metrics = trainer.metrics.render()
     for reason in reasons:
         assert f'cua_trainer_groups_dropped_total{{reason="{reason}"}} 1' in metrics
+
+
+async def test_under_on_stale_mask_a_groups_stale_tokens_are_masked_and_the_rest_trains(
+    bus_config: BusConfig, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The trainer at v5, ``max_staleness`` 1, ``on_stale = "mask"``: group 0's first turns were sampled
+    by v0 (masked), its second turns by v5 (trained); group 1 is all v5; group 2 all v0 (nothing left
+    to train: dropped as stale). The step trains groups 0 and 1 and records the tokens it masked."""
+    async with EventProducer(bus_config) as producer:
+        for group in range(3):
+            for episode in range(2):
+                *turns, score = episode_records(group, episode)
+                for turn in turns:
+                    old = group == 2 or (group == 0 and turn.seq == 0)
+                    await producer.send(TURNS, msgspec.structs.replace(turn, policy_version=0 if old else 5))
+                await producer.send(SCORES, score)
+        await producer.flush()
+    checkpoints = tmp_path / "ckpt"
+    checkpoints.mkdir()
+    (checkpoints / ckpt.FILE).write_bytes(msgspec.json.encode(ckpt.Checkpoint(run_id=RUN, version=5, step=5)))
+    config = TrainerConfig(
+        run_id=RUN,
+        model_path=str(tiny_model_dir),
+        group_size=2,
+        groups_per_step=2,
+        max_staleness=1,
+        on_stale="mask",
+        checkpoint_dir=str(checkpoints),
+        blob_dir=str(tmp_path / "blobs"),
+        bus=bus_config,
+    )
+    trainer = Trainer(config)
+    stop = anyio.Event()
+
+    async def all_seen() -> None:
+        for _ in iter(int, 1):  # until the step and the drop are in
+            if trainer.state.step == 6 and trainer.metrics.drops.value(reason="stale") == 1:
+                stop.set()
+                return
+            await anyio.sleep(0.2)
+
+    with anyio.fail_after(300):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(all_seen)
+            await trainer.run(stop=stop)
+    records = [d.event async for d in scan(bus_config, TRAIN_STEPS)]
+    (step,) = [r for r in records if isinstance(r, TrainStep)]
+    drops = {r.group_id: (r.reason, r.detail) for r in records if isinstance(r, GroupDropped)}
+    assert sorted(step.group_ids) == [f"{RUN}-g000000", f"{RUN}-g000001"] and step.n_episodes == 4
+    # each episode: one sample of two 4-token completions; group 0's first ones masked
+    assert step.metrics["masked_stale_tokens"] == 2 * 4
+    assert step.metrics["trained_tokens"] == 2 * 4 + 2 * 8
+    assert step.metrics.get("stale_tokens_5") is None  # no masked token counts as trained
+    assert drops == {f"{RUN}-g000002": ("stale", "every trained token is stale: newest v0 < v5 - 1")}

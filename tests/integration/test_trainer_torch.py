@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import base64
 import io
+from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 from PIL import Image
@@ -148,3 +150,36 @@ def test_with_tis_a_steps_later_passes_are_bounded_by_the_clip(tiny_model_dir: P
     moved = (trained_logprobs(backend, sample) - before).abs().max()
     assert moved > 0.5  # the passes moved the policy far from where the step started ...
     assert stats.loss.clip_fraction > 0  # ... and the last pass saw it: its ratios were clipped
+
+
+def test_tokens_masked_for_staleness_do_not_enter_the_loss(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``on_stale = "mask"``: the engine's turn with its first 3 tokens sampled by v0 and the rest by v2,
+    trained at v2 with ``max_staleness`` 1. The loss counts only the 3 fresh tokens: whatever the masked
+    ones' rollout logprobs say, the step's loss and logprob gap do not move (they do unmasked)."""
+    from consumers.trainer.stale_mask import mask_stale
+    from cua_stream.events import VersionSpan
+
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    event, _ = one_turn(tiny_model_dir, blobs)
+    spans = (VersionSpan(version=0, start=0, end=3), VersionSpan(version=2, start=3, end=6))
+    (sample,) = assemble([msgspec.structs.replace(event, weight_versions=spans)]).samples
+    masked, n = mask_stale(sample, version=2, bound=1)
+    assert masked is not None and n == 3
+    backend = TorchBackend(tiny_model_dir, blobs, lr=1e-3)
+
+    def measured(s: object) -> tuple[int, float, float]:
+        stats, _ = backend.measure([TrainItem(s, advantage=1.0, episode=0)])  # type: ignore[arg-type]
+        return stats.loss.tokens, stats.loss.loss, stats.loss.logprob_gap
+
+    def off(s: object) -> object:  # the first 3 completion tokens' rollout logprobs far from the truth
+        lps = list(s.rollout_logprobs)  # type: ignore[attr-defined]
+        first = len(lps) - 6
+        lps[first : first + 3] = [-30.0] * 3
+        return replace(s, rollout_logprobs=Logprobs(lps))  # type: ignore[type-var]
+
+    tokens, loss, gap = measured(masked)
+    assert tokens == 3
+    assert measured(replace(masked, rollout_logprobs=off(sample).rollout_logprobs)) == pytest.approx(  # type: ignore[attr-defined]
+        (3, loss, gap)
+    )
+    assert measured(off(sample))[2] > measured(sample)[2] + 5  # unmasked, they weigh in

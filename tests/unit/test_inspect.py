@@ -168,6 +168,19 @@ def test_a_discarded_episode_that_was_trained_is_a_mismatch() -> None:
     assert any("judged discarded" in m for m in batch.mismatches)
 
 
+def test_under_on_stale_mask_the_rebuild_masks_the_tokens_the_step_masked() -> None:
+    # trained at v2 with max_staleness 1: only e0's v1 tokens (2, in its compaction sample) are fresh;
+    # its c4 sample and e1 (all v0) are left with nothing to train
+    masked = msgspec.structs.replace(
+        STEP, policy_version=3, n_episodes=1, n_samples=1, metrics={"trained_tokens": 2.0}
+    )
+    batch = rebuild_step(masked, deliveries(), StepRules(on_stale="mask", max_staleness=1))
+    assert batch.mismatches == ()
+    (compaction,) = batch.trained[0].samples
+    assert version_runs(compaction) == [(1, 2)]
+    assert rebuild_step(masked, deliveries(), StepRules()).mismatches  # the default masks nothing
+
+
 def test_an_episodes_tree_shows_its_retry_compaction_attempts_owners_and_step() -> None:
     drop = GroupDropped(run_id=RUN, group_id="other", reason="timeout", trainer_version=0, dropped_at=0.0)
     events = [d.event for d in deliveries()]

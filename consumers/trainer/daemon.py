@@ -30,6 +30,7 @@ import httpx
 from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
+from consumers.trainer.batch import train_items
 from consumers.trainer.commit import checkpoint_of, issued_in_log, publish, reconcile
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.feeder import work_for_group
@@ -49,29 +50,16 @@ from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.rerun import recorded_batches
 from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.sinks import TrainerSinks
-from consumers.trainer.stale_mask import mask_episodes
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
-from consumers.trainer.step_record import describe_step, token_staleness, train_step
-from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
+from consumers.trainer.step_record import describe_step, policy_version, token_staleness, train_step
+from consumers.trainer.torch_backend import StepStats, TorchBackend
 from consumers.trainer.weights import ENGINE_CHECK_S, EngineWeights
 from cua_stream.blobs import open_blob_store
-from cua_stream.bus.consumer import (
-    decode_message,
-    letter_for,
-)
+from cua_stream.bus.consumer import decode_message, letter_for
 from cua_stream.bus.follow import Follower
 from cua_stream.bus.producer import EventProducer
-from cua_stream.errors import (
-    ConfigError,
-    EngineUnreachable,
-    RecordError,
-)
-from cua_stream.events import (
-    Event,
-    GroupDropped,
-    PolicyVersion,
-    TrainStep,
-)
+from cua_stream.errors import ConfigError, EngineUnreachable, RecordError
+from cua_stream.events import Event, GroupDropped, TrainStep
 from cua_stream.identity import group_id_of, index_of
 from cua_stream.lifecycle import Notify, stop_on_signal
 from cua_stream.metrics import serve_metrics
@@ -360,18 +348,14 @@ class Trainer:
         http: httpx.AsyncClient,
     ) -> None:
         st = self.state
-        items: list[TrainItem] = []
-        episode = self._masked_stale = 0
-        for queued in batch:
-            samples = queued.samples
-            if self.config.on_stale == "mask":  # at the version trained: what aged in the queue too
-                samples, masked = mask_episodes(samples, version=st.version, bound=self.config.max_staleness)
-                self._masked_stale += masked
-            for episode_id, advantage in queued.decision.advantages.items():
-                for sample in samples[episode_id]:
-                    items.append(TrainItem(sample, advantage, episode))
-                    self.metrics.staleness.inc(lag=str(staleness(st.version, sample.oldest_version)))
-                episode += 1
+        items, self._masked_stale = train_items(
+            batch,
+            version=st.version,
+            mask_bound=self.config.max_staleness,
+            mask=self.config.on_stale == "mask",
+        )
+        for item in items:
+            self.metrics.staleness.inc(lag=str(staleness(st.version, item.sample.oldest_version)))
         self._stale_tokens = token_staleness([item.sample for item in items], st.version)
         started = time.perf_counter()
         self._timings["wait_s"] = started - self._waiting_since  # no batch to train (judging included)
@@ -413,29 +397,12 @@ class Trainer:
                 grad_norm=stats.grad_norm,
                 version=st.version,
             )
-            outputs.append(
-                train_step(
-                    cfg.run_id,
-                    step=st.step,
-                    version=st.version,
-                    batch=batch,
-                    stats=stats,
-                    lr=self._lr,
-                    timings=self._timings,
-                    stale_tokens=self._stale_tokens,
-                    masked_stale_tokens=self._masked_stale,
-                    finished_at=self.clock(),
-                )
-            )
-            outputs.append(
-                PolicyVersion(
-                    run_id=cfg.run_id,
-                    version=st.version,
-                    weights_path=str(self.dir / weights),
-                    step=st.step,
-                    published_at=self.clock(),
-                )
-            )
+            step = train_step(
+                cfg.run_id, step=st.step, version=st.version, batch=batch, stats=stats, lr=self._lr,
+                timings=self._timings, stale_tokens=self._stale_tokens, masked_stale_tokens=self._masked_stale,
+                finished_at=self.clock(),
+            )  # fmt: skip
+            outputs += [step, policy_version(step, str(self.dir / weights), self.clock())]
         outputs += st.drops
         outputs += st.dead_letters
         checkpoint = checkpoint_of(

@@ -9,8 +9,19 @@ from collections.abc import Iterable, Mapping
 from consumers.trainer.samples import NO_VERSION, Sample
 from consumers.trainer.state import Queued
 from consumers.trainer.torch_backend import StepStats
-from cua_stream.events import TrainStep
+from cua_stream.events import PolicyVersion, TrainStep
 from cua_stream.versions import staleness
+
+
+def policy_version(step: TrainStep, weights_path: str, published_at: float) -> PolicyVersion:
+    """The version a step made, published with it: where its weights are."""
+    return PolicyVersion(
+        run_id=step.run_id,
+        version=step.policy_version,
+        weights_path=weights_path,
+        step=step.step,
+        published_at=published_at,
+    )
 
 
 def train_step(

@@ -94,12 +94,12 @@ def local_env(
     """Print the exports compose/local.yml needs: this checkout and its interpreter (mounted), the
     models directory, and random secrets for those not set yet. Then: docker compose -f
     compose/docker-compose.yml -f compose/local.yml up -d."""
-    import os
     from pathlib import Path
 
+    from cua_stream.config import child_env
     from cua_stream.containers import dockerd, local_compose
 
-    values = local_compose.local_env(local_compose.checkout_root(), Path(models), os.environ)
+    values = local_compose.local_env(local_compose.checkout_root(), Path(models), child_env())
     print(_exports(dockerd.DockerHome.default()))
     print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
 

@@ -83,7 +83,9 @@ def test_broker_config_names_bad_fields() -> None:
 def test_compose_file_runs_a_kraft_kafka_matching_the_local_broker() -> None:
     doc = yaml.safe_load((REPO / "compose" / "docker-compose.yml").read_text())
     kafka = doc["services"]["kafka"]
-    assert kafka["image"] == f"apache/kafka:{BrokerConfig().kafka_version}"
+    assert (
+        kafka["image"] == f"${{KAFKA_IMAGE:-apache/kafka:{BrokerConfig().kafka_version}}}"
+    )  # official by default
     env = kafka["environment"]
     assert env["KAFKA_PROCESS_ROLES"] == "broker,controller"
     assert env["KAFKA_CONTROLLER_QUORUM_VOTERS"].startswith(f"{env['KAFKA_NODE_ID']}@")

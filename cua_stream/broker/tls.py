@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,8 +40,9 @@ def tls_files(home: Path) -> TlsFiles:
     return TlsFiles(ca=home / "tls" / "ca.pem", keystore=home / "tls" / "broker.pem")
 
 
-def ensure_tls(home: Path, host: str) -> TlsFiles:
-    """The CA and broker certificate under ``home`` (made on first use; kept afterwards)."""
+def ensure_tls(home: Path, host: str, also: Sequence[str] = ()) -> TlsFiles:
+    """The CA and broker certificate under ``home`` (made on first use; kept afterwards), for
+    localhost, ``host`` and the names in ``also`` (a compose network's broker hostnames)."""
     files = tls_files(home)
     if files.ca.exists() and files.keystore.exists():
         return files
@@ -61,11 +63,13 @@ def ensure_tls(home: Path, host: str) -> TlsFiles:
         x509.DNSName("localhost"),
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
     ]
-    if host not in ("localhost", "127.0.0.1"):
+    for name in dict.fromkeys((host, *also)):
+        if name in ("localhost", "127.0.0.1"):
+            continue
         try:
-            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+            names.append(x509.IPAddress(ipaddress.ip_address(name)))
         except ValueError:
-            names.append(x509.DNSName(host))
+            names.append(x509.DNSName(name))
     cert = (
         _builder(
             x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, BROKER_CN)]), ca_name, key.public_key(), now

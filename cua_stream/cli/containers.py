@@ -104,6 +104,24 @@ def local_env(
     print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
 
 
+@app.command("secure-env")
+@friendly_errors
+def secure_env(
+    folder: Annotated[
+        str, typer.Option("--dir", help="Where the broker's TLS material and the passwords go.")
+    ],
+) -> None:
+    """Make (or keep) the secured compose run's secrets in --dir: a CA and the brokers' certificate, one
+    SCRAM password per role (files, 0600), the users to create at format time; print the export
+    compose/secure.yml needs. Then add -f compose/secure.yml to the docker compose command."""
+    from pathlib import Path
+
+    from cua_stream.containers import secure_compose
+
+    values = secure_compose.ensure_secrets(Path(folder))
+    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
+
+
 def _build(home: object, *, rebuild: bool) -> None:
     from cua_stream.containers import images, service_images
 

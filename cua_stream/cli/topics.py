@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import anyio
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from cua_stream.bus.acl import acls
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
 
@@ -16,16 +19,31 @@ out = Console(highlight=False)
 
 @app.command()
 @friendly_errors
-def create(bootstrap: Bootstrap = None, prefix: Prefix = None, config: ConfigFile = None) -> None:
+def create(
+    bootstrap: Bootstrap = None,
+    prefix: Prefix = None,
+    config: ConfigFile = None,
+    with_acls: Annotated[
+        bool,
+        typer.Option(
+            "--acls",
+            help="Also grant every role its ACLs for the prefix (a secured broker; connect as its admin), "
+            "as `cua-stream acl apply` does.",
+        ),
+    ] = False,
+) -> None:
     """Create every registry topic that does not exist yet."""
     bus = make_bus(bootstrap, prefix, config)
 
-    async def go() -> list[str]:
+    async def go() -> tuple[list[str], int]:
         async with TopicAdmin(bus) as admin:
-            return await admin.create()
+            created = await admin.create()
+            return created, await admin.create_acls(acls(bus.topic_prefix)) if with_acls else 0
 
-    created = anyio.run(go)
+    created, granted = anyio.run(go)
     out.print(f"created {len(created)} topic(s){': ' + ', '.join(created) if created else ' (all existed)'}")
+    if with_acls:
+        out.print(f"granted {granted} ACL(s) for prefix {bus.topic_prefix!r}")
 
 
 @app.command()

@@ -16,6 +16,8 @@ from cua_stream.errors import ContainerEngineError
 
 ONE_NODE = ("docker-compose.yml", "local.yml")
 THREE_NODES = ("docker-compose.yml", "kafka-3.yml", "local.yml", "local-kafka-3.yml")
+SECURE = "secure.yml"
+"""On top of either: SASL_SSL brokers with ACLs, each service its own principal (one node only so far)."""
 SECRETS = ("MINIO_ROOT_PASSWORD", "ENGINE_API_KEY", "GATEWAY_API_KEY", "GATEWAY_ADMIN_API_KEY",
            "GRAFANA_ADMIN_PASSWORD")  # fmt: skip
 """What the main file requires (``${VAR:?}``); each gets a fresh random value unless already set."""
@@ -51,11 +53,16 @@ def local_env(
     return wanted
 
 
-def compose_args(project: str, *, three_nodes: bool = False, compose_dir: Path | None = None) -> list[str]:
-    """``docker compose`` arguments (before the verb) for the local run of one or three Kafka nodes."""
+def compose_args(
+    project: str, *, three_nodes: bool = False, secure: bool = False, compose_dir: Path | None = None
+) -> list[str]:
+    """``docker compose`` arguments (before the verb) for the local run of one or three Kafka nodes,
+    ``secure``: with compose/secure.yml (``CUA_KAFKA_SECRETS`` from ``secure_compose.ensure_secrets``)."""
+    if secure and three_nodes:
+        raise ContainerEngineError("compose/secure.yml secures the one-node file only")
     where = compose_dir or checkout_root() / "compose"
     args = ["compose", "-p", project]
-    for name in THREE_NODES if three_nodes else ONE_NODE:
+    for name in (*(THREE_NODES if three_nodes else ONE_NODE), *([SECURE] if secure else [])):
         args += ["-f", str(where / name)]
     if three_nodes:
         args += ["--env-file", str(where / "kafka-3.env")]

@@ -36,8 +36,8 @@ MAX_IN_FLIGHT = 3
 
 
 class Deployment:
-    def __init__(self, project: str, env: dict[str, str], *, three_nodes: bool) -> None:
-        self.args = local_compose.compose_args(project, three_nodes=three_nodes)
+    def __init__(self, project: str, env: dict[str, str], *, three_nodes: bool, secure: bool = False) -> None:
+        self.args = local_compose.compose_args(project, three_nodes=three_nodes, secure=secure)
         self.env = env
 
     def compose(self, *verb: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:

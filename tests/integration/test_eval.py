@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -167,12 +169,12 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     v1, v2 = (PolicyVersion(run_id="train-f", version=v, weights_path=weights, step=v, published_at=time.time())
               for v in (1, 2))  # fmt: skip
 
-    def follow_args(until: int) -> list[str]:
+    def follow_args(until: int, engine_port: int = 0, gateway_port: int = 0) -> list[str]:
         return [
             "eval", "--model-path", weights, "--follow", "train-f", "--until-version", str(until),
             "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment", "scripted", "--turns", "1",
-            "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap, "--engine-port", str(free_port()),
-            "--gateway-port", str(free_port()),
+            "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap,
+            "--engine-port", str(engine_port or free_port()), "--gateway-port", str(gateway_port or free_port()),
         ]  # fmt: skip
 
     def follow(until: int) -> subprocess.CompletedProcess[str]:
@@ -255,6 +257,44 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     again_results = json.loads((tmp_path / "rerun.json").read_text())["episodes"]
     first_results = json.loads((tmp_path / "follow" / "v2.json").read_text())["episodes"]
     assert again_results == first_results  # the same episode, its verdict read back
+
+
+@pytest.mark.kafka
+@pytest.mark.model
+@pytest.mark.harbor
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_a_follower_waiting_for_a_version_and_its_engine_and_gateway(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    from cua_stream.demo import tiny_model_dir
+
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
+    created = cli("topics", "create", "--bootstrap", kafka_bootstrap, env=env)
+    assert created.returncode == 0, created.stderr
+    port, engine_port, gateway_port = free_port(), free_port(), free_port()
+    command = [
+        sys.executable, "-m", "cua_stream", "eval", "--model-path", str(tiny_model_dir()), "--follow", "train-c",
+        "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment", "scripted", "--turns", "1",
+        "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap, "--engine-port", str(engine_port),
+        "--gateway-port", str(gateway_port), "--metrics-port", str(port),
+    ]  # fmt: skip
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    ) as follower:
+        try:
+            page_when(port, "cua_eval_published_version", follower)  # its page is up: it waits for v1
+            follower.send_signal(signal.SIGINT)
+            _, stderr = follower.communicate(timeout=60)  # at once (measured 2 s; before the fix, never)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.communicate()
+    assert follower.returncode == 130, stderr[-3000:]
+    for listening in (port, engine_port, gateway_port):
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", listening)) != 0, listening  # nothing left serving
 
 
 @pytest.mark.kafka

@@ -52,9 +52,6 @@ def report(
     from cua_stream.learn_table import rows_json, stage_table
 
     rows = stage_table({"blind": blind} | {name: report_of(r) for name, r in evaluated.items()})
-    out.print(stages_table(rows, f"run {run}: success per task (95% Wilson interval, successes/episodes): "
-                                 f"the blind baseline over {blind.layouts} layouts, the policies on "
-                                 f"{plan.eval_episodes} held-out layout(s)"))  # fmt: skip
     files = {name: home / "eval" / f"{name}.json" for name in evaluated}
     if {"sft", "grpo"} <= set(files):
         out.print(f"results files in {home / 'eval'}; did GRPO beat SFT (the difference, its interval): "
@@ -81,8 +78,11 @@ def report(
                     "sft_probes": probes,
                     "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
     )  # fmt: skip
-    out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "
-              f"[bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
+    out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task, and the "
+              f"table below: [bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
+    out.print(stages_table(rows, f"run {run}: success per task (95% Wilson interval, successes/episodes): "
+                                 f"the blind baseline over {blind.layouts} layouts, the policies on "
+                                 f"{plan.eval_episodes} held-out layout(s)"))  # fmt: skip
 
 
 def stages_table(rows: list[Row], title: str) -> Table:

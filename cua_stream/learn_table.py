@@ -106,7 +106,9 @@ def cell_text(cell: Cell | None) -> str:
 
 
 def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """The rows as ``curve.json`` and the dashboard hold them (rates rounded to 3 places)."""
+    """The rows as ``curve.json`` and the dashboard hold them: each cell's numbers, and its ``text`` as the
+    terminal prints it (the page shows that text, so both read the same: JavaScript's rounding of a tie
+    such as 1/8 is not Python's)."""
     return [
         {"task": r.task, "cells": {s: None if c is None else _cell_json(c) for s, c in r.cells.items()}}
         for r in rows
@@ -114,6 +116,5 @@ def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
 
 
 def _cell_json(c: Cell) -> dict[str, Any]:
-    rate = c.rate
-    return {"rate": None if rate is None else round(rate, 3), "successes": c.successes, "scored": c.scored,
-            "low": round(c.low, 3), "high": round(c.high, 3)}  # fmt: skip
+    return {"rate": c.rate, "successes": c.successes, "scored": c.scored, "low": c.low, "high": c.high,
+            "text": cell_text(c)}  # fmt: skip

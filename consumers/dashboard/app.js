@@ -71,10 +71,10 @@ function render(s) {
     `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
 }
 
-// `cua-stream learn`'s closing table, per run: a row per task, a column per stage ("—": no figure).
+// `cua-stream learn`'s closing table, per run: a row per task, a column per stage ("—": no figure). Each cell
+// is the text the terminal printed (formatted by the board: rounding the same numbers here could differ).
 const STAGES = ["blind", "base", "sft", "grpo"];
-const stageCell = (c) => (c === null || c === undefined || c.rate === null ? "—"
-  : `${fixed(c.rate, 2)} [${fixed(c.low, 2)}, ${fixed(c.high, 2)}] (${c.successes}/${c.scored})`);
+const stageCell = (c) => (c === null || c === undefined ? "—" : c.text);
 
 function renderLearn(body, runs) {
   if (!runs.length) {

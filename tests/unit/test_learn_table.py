@@ -125,12 +125,15 @@ def test_the_table_has_a_row_per_task_a_column_per_stage_and_a_dash_where_a_stag
     assert rows_json(rows)[0] == {
         "task": "click-test",
         "cells": {
-            "blind": {"rate": 1.0, "successes": 20, "scored": 20, "low": 0.839, "high": 1.0},
-            "base": {"rate": 0.0, "successes": 0, "scored": 4, "low": 0.0, "high": 0.49},
+            "blind": {"rate": 1.0, "successes": 20, "scored": 20, "low": pytest.approx(0.8389, abs=1e-4), "high": 1.0,
+                      "text": "1.00 [0.84, 1.00] (20/20)"},
+            "base": {"rate": 0.0, "successes": 0, "scored": 4, "low": 0.0, "high": pytest.approx(0.4899, abs=1e-4),
+                     "text": "0.00 [0.00, 0.49] (0/4)"},
             "sft": None,
-            "grpo": {"rate": 0.75, "successes": 3, "scored": 4, "low": 0.301, "high": 0.954},
+            "grpo": {"rate": 0.75, "successes": 3, "scored": 4, "low": pytest.approx(0.3006, abs=1e-4),
+                     "high": pytest.approx(0.9544, abs=1e-4), "text": "0.75 [0.30, 0.95] (3/4)"},
         },
-    }
+    }  # fmt: skip
 
 
 def test_a_stage_with_nothing_scored_shows_a_dash_and_the_cli_prints_every_column() -> None:

@@ -66,8 +66,25 @@ function render(s) {
     el("td", {}, t.rate === null ? "-" : `${fixed(t.rate, 2)} (${Math.round(t.rate * t.scored)}/${t.scored})`),
     el("td", {}, `[${fixed(t.low, 2)}, ${fixed(t.high, 2)}]`),
     el("td", {}, Object.entries(t.pass_at).map(([k, v]) => `@${k} ${fixed(v, 2)}`).join(" "))))));
+  renderLearn($("learn").tBodies[0], s.learn);
   $("episodes").replaceChildren(...s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
     `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
+}
+
+// `cua-stream learn`'s closing table, per run: a row per task, a column per stage ("—": no figure). Each cell
+// is the text the terminal printed (formatted by the board: rounding the same numbers here could differ).
+const STAGES = ["blind", "base", "sft", "grpo"];
+const stageCell = (c) => (c === null || c === undefined ? "—" : c.text);
+
+function renderLearn(body, runs) {
+  if (!runs.length) {
+    body.replaceChildren(el("tr", {}, el("td", { class: "muted", colspan: 2 + STAGES.length }, "no learn run yet")));
+    return;
+  }
+  body.replaceChildren(...runs.flatMap((r) => r.rows.map((row, i) => el("tr",
+    { class: row.task === "overall" ? "overall" : "" },
+    el("td", {}, i === 0 ? r.run : ""), el("td", {}, row.task),
+    ...STAGES.map((stage) => el("td", {}, stageCell(row.cells[stage])))))));
 }
 
 function drawCharts(s) {

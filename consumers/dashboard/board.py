@@ -4,7 +4,8 @@ Per step: mean reward, logprob gap, grad norm, policy version (``TrainStep``); v
 (``ScoreEvent``); dropped groups by reason; the staleness of every trained group (how many versions its
 work lagged the weights it trained); throughput (episodes finished per minute of record time); call
 latency (engine and gateway time of the recent calls); and the recent episodes, each with its calls in
-order (images by hash, completion tokens), its outcome and its verdict. Memory is bounded: the recent
+order (images by hash, completion tokens), its outcome and its verdict; and per ``learn`` run its closing
+table (success per task of the blind baseline, base, after SFT, after GRPO). Memory is bounded: the recent
 calls and episodes are kept in fixed windows.
 """
 
@@ -27,6 +28,7 @@ from cua_stream.events import (
     TrainStep,
     WorkRequest,
 )
+from cua_stream.learn_table import rows_json, stage_of, stage_table
 from cua_stream.metrics import quantile
 from cua_stream.versions import staleness
 
@@ -34,6 +36,8 @@ EPISODES_KEPT = 300
 EVALS_KEPT = 100
 CALLS_KEPT = 2000
 GROUP_VERSIONS_KEPT = 20_000
+LEARN_RUNS_KEPT = 20
+LEARN_RUNS_SHOWN = 3
 
 
 @dataclass
@@ -88,6 +92,9 @@ class Board:
     """The step that trained each recent group (its first record), for an episode's link to it."""
     evals: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     """The recent evaluations' results, by their run id (the eval panel: per policy version, per task)."""
+    learn_runs: OrderedDict[str, dict[str, EvalReport]] = field(default_factory=OrderedDict)
+    """The recent ``learn`` runs' stage reports (blind baseline, base, SFT, GRPO), by learn run, then
+    stage: the learning panel, ``learn``'s closing table (``cua_stream.learn_table``)."""
     latest_version: int = 0
     records: int = 0
 
@@ -173,6 +180,11 @@ class Board:
                 self.evals.move_to_end(event.run_id)
                 while len(self.evals) > EVALS_KEPT:
                     self.evals.popitem(last=False)
+                if (stage := stage_of(event)) is not None:
+                    run, name = stage
+                    _bounded(
+                        self.learn_runs, run, {**self.learn_runs.get(run, {}), name: event}, LEARN_RUNS_KEPT
+                    )
 
     def _stale(self, trained_version: int, issued_version: int) -> None:
         """A group trained into ``trained_version`` (by weights one version older) from work issued under
@@ -210,6 +222,15 @@ class Board:
                 rewards.setdefault(self.group_tasks[group], []).extend(self.group_rewards[group])
         return {task: round(sum(v) / len(v), 3) for task, v in sorted(rewards.items())}
 
+    def learn_tables(self) -> list[dict[str, Any]]:
+        """The last ``LEARN_RUNS_SHOWN`` learn runs (by their newest report), newest first, each with
+        ``learn``'s closing table: per task, success of the blind baseline, base, after SFT, after GRPO."""
+        runs = sorted(self.learn_runs.items(), key=lambda kv: max(r.created_at for r in kv[1].values()))
+        return [
+            {"run": run, "rows": rows_json(stage_table(reports))}
+            for run, reports in reversed(runs[-LEARN_RUNS_SHOWN:])
+        ]
+
     def summary(self) -> dict[str, Any]:
         engine = sorted(e for e, _ in self.latency)
         gateway = sorted(g for _, g in self.latency)
@@ -233,6 +254,7 @@ class Board:
             },
             "tasks": self.by_task(),
             "evals": sorted(self.evals.values(), key=lambda e: (e["created_at"], e["run_id"]))[-20:],
+            "learn": self.learn_tables(),
             "episodes": [
                 {"episode_id": e.episode_id, "task": e.task, "calls": len(e.calls), "verdict": e.verdict}
                 for e in reversed(self.episodes.values())
@@ -270,11 +292,11 @@ def eval_row(report: EvalReport) -> dict[str, Any]:
     }
 
 
-def _bounded[V](table: OrderedDict[str, V], key: str, value: V) -> None:
-    """Set ``key`` as the newest entry of ``table``, forgetting the oldest past ``GROUP_VERSIONS_KEPT``."""
+def _bounded[V](table: OrderedDict[str, V], key: str, value: V, kept: int = GROUP_VERSIONS_KEPT) -> None:
+    """Set ``key`` as the newest entry of ``table``, forgetting the oldest past ``kept``."""
     table[key] = value
     table.move_to_end(key)
-    while len(table) > GROUP_VERSIONS_KEPT:
+    while len(table) > kept:
         table.popitem(last=False)
 
 

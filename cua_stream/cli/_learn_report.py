@@ -1,6 +1,6 @@
 """What `cua-stream learn` shows at its end: the reward curve read back from the run's topics, the table
-of the base, SFT and GRPO policies' evaluations (success with 95 % intervals), where the time went, and
-the curve as a PNG and JSON."""
+of success per task of the blind baseline and the base, SFT and GRPO policies (95 % intervals, the
+episodes behind each: ``cua_stream.learn_table``), where the time went, and the curve as a PNG and JSON."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
     from cua_stream.evaluation.results import EvalResults
-    from cua_stream.evaluation.stats import Summary
-    from cua_stream.events import TrainStep
+    from cua_stream.events import EvalReport, TrainStep
     from cua_stream.learn import Curve, LearnPlan
+    from cua_stream.learn_table import Row
 
 
 async def curve_of(bus: BusConfig, run_id: str, model: Path) -> Curve:
@@ -42,23 +42,16 @@ async def curve_of(bus: BusConfig, run_id: str, model: Path) -> Curve:
 
 
 def report(
-    plan: LearnPlan, curve: Curve, evaluated: dict[str, EvalResults], trained: list[TrainStep],
+    plan: LearnPlan, curve: Curve, blind: EvalReport, evaluated: dict[str, EvalResults], trained: list[TrainStep],
     timings: dict[str, float], probes: list[dict[str, Any]], home: Path, run: str, total_s: float,
 ) -> None:  # fmt: skip
-    """``evaluated``: the evaluations by policy name (base, sft, grpo), their files in ``home/eval``."""
-    from cua_stream.evaluation.stats import OVERALL, by_task
+    """``blind``: the blind baseline's report; ``evaluated``: the evaluations by policy name (base, sft,
+    grpo), their files in ``home/eval``."""
+    from cua_stream.evaluation.report import report_of
     from cua_stream.learn import evaluation_entry
+    from cua_stream.learn_table import rows_json, stage_table
 
-    columns = {"base": "base policy", "sft": "after SFT", "grpo": "after GRPO"}
-    table = Table("task", *(columns.get(name, name) for name in evaluated),
-                  title=f"run {run}: success on {plan.eval_episodes} held-out layout(s) per task "
-                        "(95% Wilson interval)")  # fmt: skip
-    summaries = [by_task(results.episodes) for results in evaluated.values()]
-    for task in summaries[0]:
-        if task == OVERALL:
-            table.add_section()
-        table.add_row(task, *(_cell(s.get(task)) for s in summaries))
-    out.print(table)
+    rows = stage_table({"blind": blind} | {name: report_of(r) for name, r in evaluated.items()})
     files = {name: home / "eval" / f"{name}.json" for name in evaluated}
     if {"sft", "grpo"} <= set(files):
         out.print(f"results files in {home / 'eval'}; did GRPO beat SFT (the difference, its interval): "
@@ -81,17 +74,28 @@ def report(
         json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task,
                     "valid_actions": curve.valid,
                     "evaluations": {name: evaluation_entry(r, str(files[name])) for name, r in evaluated.items()},
+                    "table": rows_json(rows),
                     "sft_probes": probes,
                     "timings_s": {**timings, "train_s": train_s, "save_s": save_s, "total_s": total_s}}, indent=1)
     )  # fmt: skip
-    out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task: "
-              f"[bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
+    out.print(f"curve: {png} (and curve.json); the dashboard shows the same per step and task, and the "
+              f"table below: [bold]cua-stream dashboard --model-path {home / 'base'}[/bold]")  # fmt: skip
+    out.print(stages_table(rows, f"run {run}: success per task (95% Wilson interval, successes/episodes): "
+                                 f"the blind baseline over {blind.layouts} layouts, the policies on "
+                                 f"{plan.eval_episodes} held-out layout(s)"))  # fmt: skip
 
 
-def _cell(s: Summary | None) -> str:
-    if s is None or s.success_rate is None:
-        return "-"
-    return f"{s.success_rate:.2f} [{s.interval.low:.2f}, {s.interval.high:.2f}] ({s.successes}/{s.scored})"
+def stages_table(rows: list[Row], title: str) -> Table:
+    """``learn``'s closing table: a column per stage (``learn_table.STAGES``), ``—`` where it has no figure."""
+    from cua_stream.evaluation.stats import OVERALL
+    from cua_stream.learn_table import HEADINGS, STAGES, cell_text
+
+    table = Table("task", *(HEADINGS[s] for s in STAGES), title=title)
+    for row in rows:
+        if row.task == OVERALL:
+            table.add_section()
+        table.add_row(row.task, *(cell_text(row.cells[s]) for s in STAGES))
+    return table
 
 
 def plot(curve: Curve, path: Path, title: str) -> None:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from consumers.trainer.sft_run import EpochStats
     from cua_stream.evaluation.results import EvalResults
     from cua_stream.evaluation.run import Evaluation
-    from cua_stream.events import TrainStep
+    from cua_stream.events import EvalReport, TrainStep
     from cua_stream.learn import LearnPlan
     from producers.config import ProducerConfig
 
@@ -168,6 +168,7 @@ def learn(
     demonstrations = demonstration_work(
         f"{run}-oracle", plan.demonstrated, plan.demo_layouts(), now=time.time()
     )
+    blind = _blind(plan, run, bus)
     with teacher_stack(
         base, bus, engine_port=engine_port, gateway_port=gateway_port, policies_port=policies_port, logs=logs
     ):
@@ -213,7 +214,29 @@ def learn(
     step("the curve")
     curve = anyio.run(curve_of, bus, f"{run}-grpo", base)
     evaluated = {"base": before, "sft": after_sft, "grpo": after_grpo}
-    report(plan, curve, evaluated, trained, timings, prober.history, home, run, time.monotonic() - started)
+    report(
+        plan, curve, blind, evaluated, trained, timings, prober.history, home, run, time.monotonic() - started
+    )
+
+
+def _blind(plan: LearnPlan, run: str, bus: BusConfig) -> EvalReport:
+    """The blind baseline of ``plan``'s tasks (the best fixed click, computed from their layouts: no
+    episode is played), published on the evals topic beside the policies' evaluations."""
+    from cua_stream.evaluation.plan import eval_seeds
+    from cua_stream.evaluation.run import publish_report
+    from cua_stream.identity import EVAL_RUN_PREFIX
+    from cua_stream.learn_table import BLIND_LAYOUTS, blind_report
+
+    blind = blind_report(
+        plan.tasks, eval_seeds(0, BLIND_LAYOUTS), f"{EVAL_RUN_PREFIX}{run}-blind", time.time()
+    )
+    anyio.run(publish_report, bus, blind)
+    hits = {t.task: f"{t.task} {t.successes}/{t.scored}" for t in blind.tasks}
+    said = [hits.get(task, f"{task} none (no single click solves it)") for task in plan.tasks]
+    out.print(
+        f"    blind baseline (the best fixed click, over {BLIND_LAYOUTS} layouts per task): {', '.join(said)}"
+    )
+    return blind
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,8 @@ def test_learn_runs_every_phase_and_writes_its_curve(tmp_path: Path) -> None:
         in said
     )
     assert "SFT policy success: click-test " in said and "GRPO policy success: click-test " in said
+    # click-test's button always covers the page's centre: a fixed click solves every layout
+    assert "blind baseline (the best fixed click, over 1000 layouts per task): click-test 1000/1000" in said
     assert "demonstration token NLL" in said and "after 2 epochs (the last epoch)" in said
     assert "epoch 1: 0% of 1 sampled episodes succeed" in said and "epoch 2: 0% of 1" in said
     assert (
@@ -84,7 +86,24 @@ def test_learn_runs_every_phase_and_writes_its_curve(tmp_path: Path) -> None:
         assert [e.seed for e in results.episodes] == [EVAL_SEED_BASE]  # eval's first held-out layout
     assert {r.run_id: r.policy for r in reports} == {
         evaluations[name]["run_id"]: name for name in ("base", "sft", "grpo")
-    } | {p["run_id"]: f"sft-e{p['epoch']:g}" for p in curve["sft_probes"]}
+    } | {p["run_id"]: f"sft-e{p['epoch']:g}" for p in curve["sft_probes"]} | {
+        f"eval-{run.name}-blind": "blind"
+    }
+    # the closing table: per task, the blind baseline, base, after SFT, after GRPO, each with its episodes
+    # (in curve.json as the dashboard gets it, rebuilt there from the same reports)
+    (printed,) = [line for line in res.stdout.splitlines() if "click-test" in line and "(1000/1000)" in line]
+    cells = [c.strip() for c in printed.split("│")[2:-1]]
+    stage = {name: evaluations[name]["by_task"]["click-test"] for name in ("base", "sft", "grpo")}
+    assert cells == ["1.00 [1.00, 1.00] (1000/1000)", "0.00 [0.00, 0.79] (0/1)"] + [
+        f"{stage[n]['success']:.2f} [{stage[n]['low']:.2f}, {stage[n]['high']:.2f}] ({stage[n]['successes']}/1)"
+        for n in ("sft", "grpo")
+    ]
+    assert [row["task"] for row in curve["table"]] == ["click-test", "overall"]
+    table = curve["table"][0]["cells"]
+    assert table["blind"]["successes"] == table["blind"]["scored"] == 1000
+    assert {n: (table[n]["successes"], table[n]["scored"]) for n in stage} == {
+        n: (stage[n]["successes"], 1) for n in stage
+    }
     compared = subprocess.run(
         [sys.executable, "-m", "cua_stream", "eval", "--compare", evaluations["base"]["results"],
          evaluations["grpo"]["results"]], capture_output=True, text=True, timeout=120, env=env,

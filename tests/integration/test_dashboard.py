@@ -25,10 +25,14 @@ from consumers.dashboard.server import build_app
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
+from cua_stream.evaluation.plan import eval_seeds
+from cua_stream.evaluation.stats import wilson
 from cua_stream.events import (
     CallKind,
     DeadLetter,
     Discard,
+    EvalReport,
+    EvalTask,
     GroupDropped,
     ImageRef,
     Logprobs,
@@ -42,7 +46,8 @@ from cua_stream.events import (
     TurnEvent,
     WorkRequest,
 )  # fmt: skip
-from cua_stream.topics import DLQ, OUTCOMES, POLICY, SCORES, TRAIN_STEPS, TURNS, WORK
+from cua_stream.learn_table import blind_report
+from cua_stream.topics import DLQ, EVALS, OUTCOMES, POLICY, SCORES, TRAIN_STEPS, TURNS, WORK
 from tests.conftest import free_port, wait_until
 from tests.integration.browser import Page, chromium
 from tests.integration.gateway_servers import serving, tiny_model_dir
@@ -52,6 +57,7 @@ __all__ = ["tiny_model_dir"]  # fixture
 pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow]
 
 RUN, GROUP = "dash", "dash-g000000"
+LEARN = "learn-dash"
 ACTIONS = ["left_click x=412 y=230", "type_text Ada Lovelace"]
 ARTIFACTS = Path(os.environ.get("CUA_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / "test-artifacts"))
 
@@ -89,6 +95,12 @@ def first_records(tokenizer: object, blobs: LocalBlobStore) -> list[tuple[object
                                           dropped_at=10.0)))  # fmt: skip
     out.append((DLQ, DeadLetter(run_id="", reason="undecodable", error="x", source_topic="o", partition=0,
                                 offset=3, at=10.0)))  # fmt: skip
+    # a learn run's blind baseline and base evaluation (its table: SFT and GRPO did not report)
+    out.append((EVALS, blind_report(["click-button"], eval_seeds(0, 20), f"eval-{LEARN}-blind", 10.0)))
+    won = wilson(1, 2)
+    base = EvalTask(task="click-button", episodes=2, scored=2, successes=1, low=won.low, high=won.high)
+    out.append((EVALS, EvalReport(run_id=f"eval-{LEARN}-base", policy="base", environment="local", samples=1,
+                                  success_at=1.0, layouts=2, tasks=(base,), created_at=11.0)))  # fmt: skip
     return out
 
 
@@ -167,6 +179,12 @@ async def test_the_dashboard_follows_the_topics_live_replays_a_range_and_renders
             assert "discard (sandbox_lost)" in dom and "reward 1 (ok)" in dom and "discarded" in dom
             assert f'src="/blobs/{sha}"' in dom and 'class="uplot' in dom  # a screenshot; the charts
             assert "<td>click-button</td><td>2</td><td>1.000</td><td>1</td>" in dom  # reward by task
+            blind = blind_report(["click-button"], eval_seeds(0, 20), "", 0.0).tasks[0]  # the learning panel
+            hits = f"{blind.successes / 20:.2f} [{blind.low:.2f}, {blind.high:.2f}] ({blind.successes}/20)"
+            assert (
+                f"<td>{LEARN}</td><td>click-button</td><td>{hits}</td><td>0.50 [0.09, 0.91] (1/2)</td>" in dom
+            )
+            assert "<td>—</td><td>—</td></tr>" in dom  # no SFT, no GRPO
             await publish(bus_config, step(3, 0.75))
             dom = await page.until(lambda h: "policy v3" in h)
             assert "<td>3</td><td>v3</td><td>2</td><td>0.750</td>" in dom

@@ -13,6 +13,7 @@ from consumers.dashboard.board import Board
 from cua_stream.events import (
     CallKind,
     Discard,
+    EvalReport,
     GroupDropped,
     ImageRef,
     Logprobs,
@@ -165,3 +166,45 @@ def test_an_episode_links_to_the_step_that_trained_it_whichever_topic_is_read_fi
     board.add(msgspec.structs.replace(step(5, 5), attempts={"other-episode": 0}))
     assert board.trained_in("g5-e0") is None  # its group trained, without it (a discarded sibling)
     assert board.trained_in("nope") is None
+
+
+def test_the_learning_panel_shows_each_learn_runs_table_newest_first_in_bounded_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`learn`'s closing table, rebuilt from the evals topic's reports: blind baseline, base, after SFT,
+    after GRPO per task; an SFT probe and `cua-stream eval`'s own evaluations are not columns of it."""
+    from cua_stream.evaluation.report import report_of
+    from cua_stream.evaluation.results import EvalEpisode, EvalResults
+    from cua_stream.learn_table import blind_report
+
+    def stage(run: str, name: str, rewards: list[float], at: float) -> EvalReport:
+        episodes = [EvalEpisode(episode_id=f"{run}-{name}-{i}", task="click-test", seed=i, sample=0,
+                                verdict="reward", reward=r) for i, r in enumerate(rewards)]  # fmt: skip
+        return report_of(EvalResults(run_id=f"eval-{run}-{name}", policy=name, environment="local", samples=1,
+                                     seeds=list(range(len(rewards))), tasks=["click-test"], created_at=at,
+                                     episodes=episodes))  # fmt: skip
+
+    board = Board()
+    assert board.summary()["learn"] == []
+    board.add(stage("learn-a", "grpo", [1.0, 1.0, 0.0, 1.0], at=30.0))  # the topic's order is not the run's
+    board.add(stage("learn-a", "base", [0.0, 0.0, 0.0, 0.0], at=10.0))
+    board.add(blind_report(["click-test"], [1, 2, 3, 4, 5], "eval-learn-a-blind", 5.0))
+    board.add(stage("learn-a", "sft-e1", [1.0, 1.0, 1.0, 1.0], at=15.0))  # a probe: not a column
+    board.add(stage("learn-b", "base", [1.0, 0.0], at=40.0))
+    board.add(stage("x", "/models/base", [1.0], at=50.0))  # cua-stream eval of a model: not a learn run
+    b, a = board.summary()["learn"]
+    assert (a["run"], b["run"]) == ("learn-a", "learn-b")
+    assert [r["task"] for r in a["rows"]] == ["click-test", "overall"]
+    cells = a["rows"][0]["cells"]
+    assert cells["blind"] == {"rate": 1.0, "successes": 5, "scored": 5, "low": pytest.approx(0.5655, abs=1e-4),
+                              "high": 1.0, "text": "1.00 [0.57, 1.00] (5/5)"}  # fmt: skip
+    assert (cells["base"]["successes"], cells["base"]["scored"]) == (0, 4)
+    assert cells["sft"] is None  # no SFT stage reported
+    assert (cells["grpo"]["rate"], cells["grpo"]["scored"]) == (0.75, 4)
+    assert b["rows"][0]["cells"]["blind"] is None and b["rows"][0]["cells"]["base"]["rate"] == 0.5
+
+    monkeypatch.setattr(board_module, "LEARN_RUNS_KEPT", 2)
+    monkeypatch.setattr(board_module, "LEARN_RUNS_SHOWN", 2)
+    board.add(stage("learn-c", "base", [1.0], at=60.0))
+    assert [r["run"] for r in board.summary()["learn"]] == ["learn-c", "learn-b"]
+    assert list(board.learn_runs) == ["learn-b", "learn-c"]  # learn-a forgotten

@@ -33,10 +33,10 @@ from cua_stream.cli._stack import (
     teacher_stack,
 )
 from cua_stream.config import BusConfig, build, state_dir
+from cua_stream.evaluate import Evaluation, evaluate, publish_report
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
 from cua_stream.evaluation.report import report_of
-from cua_stream.evaluation.run import Evaluation, evaluate, publish_report
 from cua_stream.events import EvalReport
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 from cua_stream.topics import EVALS
@@ -220,7 +220,7 @@ class _Evaluation:
 
 
 async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -> EvalReport:
-    """One evaluation (``evaluation.run.evaluate``): the table printed, the results written and
+    """One evaluation (``cua_stream.evaluate.evaluate``): the table printed, the results written and
     published (the report returned)."""
     results = await evaluate(ctx.ev, run, version.weights_path if version else ctx.label)
     path = ctx.out / f"v{version.version}.json" if version else ctx.out

@@ -32,8 +32,8 @@ from cua_stream.rollouts import rollouts, run_episodes
 
 if TYPE_CHECKING:
     from consumers.trainer.sft_run import EpochStats
+    from cua_stream.evaluate import Evaluation
     from cua_stream.evaluation.results import EvalResults
-    from cua_stream.evaluation.run import Evaluation
     from cua_stream.events import EvalReport, TrainStep
     from cua_stream.learn import LearnPlan
     from producers.config import ProducerConfig
@@ -118,7 +118,7 @@ def learn(
 
     from consumers.trainer.feeder import demonstration_work, sampling_of
     from cua_stream.desktop.doctor import require_desktop
-    from cua_stream.evaluation.run import Evaluation
+    from cua_stream.evaluate import Evaluation
     from cua_stream.learn import success_by_task
     from cua_stream.models.tiny import make_tiny_model
     from producers.config import producer_config
@@ -222,8 +222,8 @@ def learn(
 def _blind(plan: LearnPlan, run: str, bus: BusConfig) -> EvalReport:
     """The blind baseline of ``plan``'s tasks (the best fixed click, computed from their layouts: no
     episode is played), published on the evals topic beside the policies' evaluations."""
+    from cua_stream.evaluate import publish_report
     from cua_stream.evaluation.plan import eval_seeds
-    from cua_stream.evaluation.run import publish_report
     from cua_stream.identity import EVAL_RUN_PREFIX
     from cua_stream.learn_table import BLIND_LAYOUTS, blind_report
 
@@ -250,9 +250,9 @@ class _Evaluations:
     ev: Evaluation
 
     async def of(self, name: str) -> EvalResults:
+        from cua_stream.evaluate import evaluate, publish_report
         from cua_stream.evaluation.report import report_of
         from cua_stream.evaluation.results import save
-        from cua_stream.evaluation.run import evaluate, publish_report
         from cua_stream.identity import EVAL_RUN_PREFIX
 
         results = await evaluate(self.ev, f"{EVAL_RUN_PREFIX}{self.run}-{name}", name)

@@ -186,7 +186,7 @@ def test_an_evaluation_runs_only_under_an_evaluation_run_id() -> None:
     """A trainer takes any run's work but ``eval-`` runs': evaluating under another id would train on it."""
     import anyio
 
-    from cua_stream.evaluation.run import Evaluation, evaluate
+    from cua_stream.evaluate import Evaluation, evaluate
     from producers.config import ProducerConfig
 
     plan = EvalPlan(tasks=(TaskRef(name="click-test"),), samples=1, seeds=tuple(eval_seeds(0, 1)))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 APPLICATION = ("cua_stream/cli/", "cua_stream/chaos/", "cua_stream/launch.py", "cua_stream/demo.py",
-               "cua_stream/learn.py", "cua_stream/rollouts.py", "cua_stream/evaluation/run.py")  # fmt: skip
+               "cua_stream/learn.py", "cua_stream/rollouts.py", "cua_stream/evaluate.py")  # fmt: skip
 """Modules that wire the stages together (commands, presets, the demo, a producer and scorer run in the
 command's process, an evaluation's episodes): they may import every stage."""
 IN_EPISODE = ("cua_stream/tasks/verify.py", "cua_stream/tasks/ready.py", "cua_stream/tasks/server.py")

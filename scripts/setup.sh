@@ -60,4 +60,11 @@ if { ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io debootstrap >/dev/null
 fi
 
+# Node.js runs the dashboard's page script in its unit test (tests/unit/test_dashboard_render.py).
+if ! command -v node >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup: installing nodejs (the dashboard script's test)"
+  apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs >/dev/null
+fi
+
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LITELLM_LOCAL_MODEL_COST_MAP=True

@@ -4,6 +4,7 @@ the variables it needs are found from the checkout or refused with the fix."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,11 +70,12 @@ def test_the_local_environment_is_found_from_the_checkout_or_refused_with_the_fi
     (tmp_path / "qwen3-vl" / "config.json").write_text("{}")
     with pytest.raises(ContainerEngineError, match=r"\.venv is missing.*scripts/setup\.sh"):
         local_compose.local_env(tmp_path, tmp_path, {})
-    checkout = local_compose.checkout_root()
-    if not (checkout / ".venv" / "bin" / "python").exists():
-        pytest.skip("this checkout has no .venv")
+    checkout = tmp_path / "checkout"  # a venv's python links to the interpreter it was made from
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    interpreter = Path(sys.executable).resolve()
+    (checkout / ".venv" / "bin" / "python").symlink_to(interpreter)
     env = local_compose.local_env(checkout, tmp_path, {"ENGINE_API_KEY": "mine"})
     assert env["CUA_CHECKOUT"] == str(checkout) and env["MODEL_DIR"] == "qwen3-vl"
-    assert (Path(env["CUA_PYTHON_HOME"]) / "bin").is_dir()
+    assert env["CUA_PYTHON_HOME"] == str(interpreter.parents[1])
     assert "ENGINE_API_KEY" not in env  # a secret already set is kept
     assert set(local_compose.SECRETS) - {"ENGINE_API_KEY"} <= set(env) and len(env["GATEWAY_API_KEY"]) >= 20

@@ -8,8 +8,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from consumers.dashboard.board import Board
 from cua_stream.evaluation.report import report_of
 from cua_stream.evaluation.results import EvalEpisode, EvalResults
@@ -42,8 +40,7 @@ console.log(JSON.stringify({ learn: rows("learn"), source: ids.source.textConten
 
 def rendered(summary: dict[str, object]) -> dict[str, object]:
     node = shutil.which("node")
-    if node is None:
-        pytest.skip("Node.js is not installed: the page's script cannot be run")
+    assert node is not None, "Node.js runs the page's script: scripts/setup.sh installs it (apt-get nodejs)"
     res = subprocess.run([node, "-e", HARNESS, str(APP)], input=json.dumps(summary), capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stderr

@@ -4,7 +4,8 @@ image is built here from Debian's packages, and cached)."""
 from __future__ import annotations
 
 import shlex
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -31,9 +32,7 @@ def start(
     home, started = ensure_running(build=build, export=False, say=out.print)
     if build:  # and the images a local compose run uses (the episodes' are built by ensure_running)
         for built in service_images.build_services(home, say=out.print):
-            out.print(
-                f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)"
-            )
+            out.print(_built_line(built))
     out.print(f"docker daemon {'started' if started else 'already running'} at {home.host}")
     print(_exports(home))
 
@@ -101,7 +100,7 @@ def local_env(
 
     values = local_compose.local_env(local_compose.checkout_root(), Path(models), child_env())
     print(_exports(dockerd.DockerHome.default()))
-    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
+    print(_export_lines(values))
 
 
 @app.command("secure-env")
@@ -119,7 +118,7 @@ def secure_env(
     from cua_stream.containers import secure_compose
 
     values = secure_compose.ensure_secrets(Path(folder))
-    print("\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items()))
+    print(_export_lines(values))
 
 
 def _build(home: object, *, rebuild: bool) -> None:
@@ -128,8 +127,16 @@ def _build(home: object, *, rebuild: bool) -> None:
     built_images = images.build_all(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
     built_images += service_images.build_services(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
     for built in built_images:
-        out.print(f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)")
+        out.print(_built_line(built))
+
+
+def _built_line(built: Any) -> str:
+    return f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)"
 
 
 def _exports(home: object) -> str:
-    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in home.client_env().items())  # type: ignore[attr-defined]
+    return _export_lines(home.client_env())  # type: ignore[attr-defined]
+
+
+def _export_lines(values: Mapping[str, str]) -> str:
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in values.items())

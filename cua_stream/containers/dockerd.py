@@ -31,6 +31,11 @@ _SOCKET_MAX = 100
 """Bytes a unix socket path may have (108 on Linux, less containerd's suffixes)."""
 
 
+_started: dict[Path, subprocess.Popen[bytes]] = {}
+"""The daemons this process started, by home: held so that ``stop`` reaps them (an exited child left
+unreaped stays a zombie that looks alive, and a dropped ``Popen`` of a running child warns)."""
+
+
 @dataclass(frozen=True)
 class DockerHome:
     """Where the private daemon keeps everything."""
@@ -123,6 +128,7 @@ def start(home: DockerHome, timeout_s: float = START_TIMEOUT_S) -> bool:
     with home.log.open("ab") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)  # fmt: skip
+    _started[home.root] = proc
     deadline = time.monotonic() + timeout_s
     while not home.running():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -139,12 +145,15 @@ def stop(home: DockerHome, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     if pid is None or not pid_alive(pid):
         return False
     os.kill(pid, signal.SIGTERM)
+    ours = _started.pop(home.root, None)
     deadline = time.monotonic() + timeout_s
-    while pid_alive(pid):
+    while (ours.poll() is None) if ours is not None else pid_alive(pid):  # ours: reaped, not a zombie
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             break
         time.sleep(0.2)
+    if ours is not None:
+        ours.wait()
     return True
 
 

@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from cua_stream.bus.reader import scan
 from cua_stream.chaos.evidence import read_run
-from cua_stream.chaos.invariants import check_all, totals
+from cua_stream.chaos.invariants import RunLog, check_all, totals
 from cua_stream.config import BusConfig
 from cua_stream.containers import images, local_compose, service_images
 from cua_stream.containers.dockerd import DockerHome
@@ -89,6 +89,14 @@ async def wait_for_steps(bus: BusConfig, n: int, dep: Deployment, timeout_s: flo
         await anyio.sleep(3)
 
 
+async def nothing_lost(bus: BusConfig, run_id: str) -> RunLog:
+    """The run's records from the topics, every chaos invariant holding on them: 0 lost, 0 duplicated."""
+    log = await read_run(bus, run_id)
+    checks = check_all(log, max_in_flight=MAX_IN_FLIGHT)
+    assert totals(checks) == (0, 0) and all(not c.problems for c in checks), checks
+    return log
+
+
 async def replicas(bus: BusConfig) -> set[int]:
     """How many replicas the registry's partitions have (one number when they all agree)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bus.bootstrap_servers)
@@ -107,9 +115,7 @@ async def test_one_node_compose_trains_grpo_steps_and_keeps_every_record(
 ) -> None:
     dep, bus, run_id = deployment
     await wait_for_steps(bus, 3, dep)
-    log = await read_run(bus, run_id)
-    checks = check_all(log, max_in_flight=MAX_IN_FLIGHT)
-    assert totals(checks) == (0, 0) and all(not c.problems for c in checks), checks
+    log = await nothing_lost(bus, run_id)
     assert [s.step for s in log.steps] == [1, 2, 3] and [v.version for v in log.policy] == [1, 2, 3]
     # the engine container serves the trainer container's last weights (read from the shared volume)
     info = dep.compose("exec", "-T", "engine", f"{dep.env['CUA_CHECKOUT']}/.venv/bin/python", "-c",
@@ -134,7 +140,5 @@ async def test_three_nodes_lose_and_duplicate_nothing_when_a_broker_is_killed_mi
     started = dep.compose("start", "kafka-2")
     assert started.returncode == 0, started.stderr
     await wait_for_steps(bus, 6, dep)
-    log = await read_run(bus, run_id)
-    checks = check_all(log, max_in_flight=MAX_IN_FLIGHT)
-    assert totals(checks) == (0, 0) and all(not c.problems for c in checks), checks
+    log = await nothing_lost(bus, run_id)
     assert [s.step for s in log.steps] == [1, 2, 3, 4, 5, 6]

@@ -26,6 +26,13 @@ __all__ = ["tiny_model_dir"]  # fixture
 pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.anyio]
 
 
+def at_version_5(checkpoints: Path) -> Path:
+    """A checkpoint directory whose trainer is at policy version 5 (as after five steps)."""
+    checkpoints.mkdir()
+    (checkpoints / ckpt.FILE).write_bytes(msgspec.json.encode(ckpt.Checkpoint(run_id=RUN, version=5, step=5)))
+    return checkpoints
+
+
 async def publish(config: BusConfig) -> None:
     """Groups 0-1 train; 2 has a discard; 3 has equal rewards; 4 was sampled by v0 while the trainer is at
     v5 (its checkpoint says so); 5 is missing an episode's score (it times out)."""
@@ -51,10 +58,8 @@ async def test_each_drop_is_published_with_its_reason_and_counted(
     bus_config: BusConfig, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     await publish(bus_config)
-    checkpoints = tmp_path / "ckpt"
-    checkpoints.mkdir()
     # the trainer is at policy version 5 (as after five steps): group 4's tokens are five versions old
-    (checkpoints / ckpt.FILE).write_bytes(msgspec.json.encode(ckpt.Checkpoint(run_id=RUN, version=5, step=5)))
+    checkpoints = at_version_5(tmp_path / "ckpt")
     config = TrainerConfig(
         run_id=RUN,
         model_path=str(tiny_model_dir),
@@ -111,9 +116,7 @@ async def test_under_on_stale_mask_a_groups_stale_tokens_are_masked_and_the_rest
                     await producer.send(TURNS, msgspec.structs.replace(turn, policy_version=0 if old else 5))
                 await producer.send(SCORES, score)
         await producer.flush()
-    checkpoints = tmp_path / "ckpt"
-    checkpoints.mkdir()
-    (checkpoints / ckpt.FILE).write_bytes(msgspec.json.encode(ckpt.Checkpoint(run_id=RUN, version=5, step=5)))
+    checkpoints = at_version_5(tmp_path / "ckpt")
     config = TrainerConfig(
         run_id=RUN,
         model_path=str(tiny_model_dir),

@@ -1,7 +1,7 @@
 """The event path: producer → Kafka → scorer → a group ready in the trainer, against raw aiokafka moving the
 same bytes along the same path, side by side in one run (rounds alternate, medians compared).
 
-    .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 3]
+    .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 3] [--warmup 1]
 
 cua-stream: a producer's ``EventProducer`` writes each episode's turns, then its outcome; the real scorer
 (``Scorer``: the exactly-once transform, a Kafka transaction per batch) turns outcomes into scores; the
@@ -305,12 +305,20 @@ def pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def main(bootstrap: str, n_groups: int, group_size: int, turns: int, rate: float, rounds: int) -> None:
+async def main(
+    bootstrap: str, n_groups: int, group_size: int, turns: int, rate: float, rounds: int, warmup: int
+) -> None:
     groups = episodes(n_groups, group_size, turns)
     n = n_groups * group_size
     print(
         f"{n_groups} groups x {group_size} episodes x {turns} turns ({n} episodes); latency at {rate:g} groups/s"
     )
+    # The broker's JVM compiles its hot paths during the first rounds (a first backlog here ran at half the
+    # speed of the third), so uncounted backlog rounds of both paths come first.
+    for r in range(warmup):
+        for name, fn in (("cua-stream", cua_round), ("raw", raw_round)):
+            wall, _ = await fn(bootstrap, groups, 0.0)
+            print(f"  warm-up {r + 1} {name:<10}: backlog {n / wall:7.0f} episodes/s (not counted)")
     walls: dict[str, list[float]] = {"cua-stream": [], "raw": []}
     lat: dict[str, list[float]] = {"cua-stream": [], "raw": []}
     scoring: list[float] = []
@@ -346,9 +354,10 @@ if __name__ == "__main__":
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--rate", type=float, default=20.0, help="Groups per second in the latency measure.")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1, help="Uncounted backlog rounds of each path first.")
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     a = ap.parse_args()
-    args = (a.groups, a.group_size, a.turns, a.rate, a.rounds)
+    args = (a.groups, a.group_size, a.turns, a.rate, a.rounds, a.warmup)
     if a.bootstrap:
         asyncio.run(main(a.bootstrap, *args))
     else:

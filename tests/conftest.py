@@ -25,6 +25,20 @@ import pytest
 
 from cua_stream.config import BusConfig
 
+SCREEN_SUITES = ("containers", "desktop")
+"""Suites that drive screens (Chromium on Xvfb, in Docker or in the local desktop's namespaces): under
+``pytest -n`` (``scripts/test.sh`` runs two workers) each suite's tests run one after another on one
+worker, beside the rest of the suite on the other. Two screens at once on two cores made their readiness
+and episode timeouts miss; compose projects also publish fixed host ports."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        suite = item.path.relative_to(root).parts[0] if item.path.is_relative_to(root) else ""
+        if suite in SCREEN_SUITES:
+            item.add_marker(pytest.mark.xdist_group("screens"))
+
 
 @pytest.fixture
 def anyio_backend() -> str:

@@ -37,7 +37,7 @@ if [ "$(id -u)" = 0 ]; then
     || echo "test.sh: the container engine did not start; the container tests will say why" >&2
 fi
 
-# Two workers (CUA_TEST_WORKERS; 0 runs in this process): most tests wait on a broker, a subprocess or a
-# container, so two share two cores well (55 -> ~35 min here). The screen suites keep to one worker
-# (tests/conftest.py). A test run alone (`scripts/test.sh tests/unit/test_x.py`) pays ~3 s to start them.
-.venv/bin/python -m pytest -n "${CUA_TEST_WORKERS:-2}" --dist loadgroup "$@"
+# Two workers (CUA_TEST_WORKERS; 0 runs in this process): one runs the whole-loop and screen tests one
+# after another, the other the rest (tests/conftest.py, HEAVY); many tests wait on a broker, a subprocess
+# or a container, so the two overlap on two cores. A test run alone pays ~3 s to start them.
+.venv/bin/python -m pytest -n "${CUA_TEST_WORKERS:-2}" --dist loadfile "$@"

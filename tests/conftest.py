@@ -25,19 +25,28 @@ import pytest
 
 from cua_stream.config import BusConfig
 
-SCREEN_SUITES = ("containers", "desktop")
-"""Suites that drive screens (Chromium on Xvfb, in Docker or in the local desktop's namespaces): under
-``pytest -n`` (``scripts/test.sh`` runs two workers) each suite's tests run one after another on one
-worker, beside the rest of the suite on the other. Two screens at once on two cores made their readiness
-and episode timeouts miss; compose projects also publish fixed host ports."""
+HEAVY = ("tests/containers/", "tests/desktop/", "tests/e2e/", "tests/integration/test_chaos.py")
+"""The whole-loop and screen tests (Chromium on Xvfb in Docker or in the local desktop's namespaces,
+every daemon with its own broker): under ``pytest -n 2 --dist loadfile`` (``scripts/test.sh``) they are
+one unit of work, run one after another on one worker while the other runs the rest (about half of the
+suite's time each, serially). Measured when they were spread over both workers: two screens at once made
+a readiness timeout miss, a container count saw the other test's container, and the two chaos runs took
+300 s each instead of 100."""
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = Path(__file__).parent
-    for item in items:
-        suite = item.path.relative_to(root).parts[0] if item.path.is_relative_to(root) else ""
-        if suite in SCREEN_SUITES:
-            item.add_marker(pytest.mark.xdist_group("screens"))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    # xdist's own grouping (--dist loadgroup, xdist_group marks) rewrites node ids through an attribute
+    # pytest 9.2 no longer reads, so it groups nothing; the file scheduler's scope function is the
+    # documented place to choose the units instead.
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class HeavyTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "heavy" if nodeid.startswith(HEAVY) else super()._split_scope(nodeid)
+
+    return HeavyTogether(config, log)  # type: ignore[arg-type]
 
 
 @pytest.fixture

@@ -27,11 +27,11 @@ def start(
 ) -> None:
     """Start the private Docker daemon (root) and install the compose plugin (built once, ~3 min); with
     --build, build (or check) every image: the episodes' and those of a local compose run."""
-    from cua_stream.containers import ensure_running, service_images
+    from cua_stream.containers import ensure_running
 
     home, started = ensure_running(build=build, export=False, say=out.print)
     if build:  # and the images a local compose run uses (the episodes' are built by ensure_running)
-        for built in service_images.build_services(home, say=out.print):
+        for built in _compose_images(home, rebuild=False):
             out.print(_built_line(built))
     out.print(f"docker daemon {'started' if started else 'already running'} at {home.host}")
     print(_exports(home))
@@ -51,14 +51,16 @@ def stop() -> None:
 @friendly_errors
 def status() -> None:
     """Whether the daemon answers, where it lives, and which of the project's images are built."""
-    from cua_stream.containers import dockerd, images, service_images
+    from cua_stream.containers import app_image, dockerd, images, service_images
 
     home = dockerd.DockerHome.default()
     up = home.running()
     out.print(f"daemon: {'running' if up else 'not running'} ({home.host}); data under {home.root}")
     out.print(f"compose plugin: {'installed' if home.compose_plugin.exists() else 'missing'}")
     if up:
-        for name in (images.BASE, images.DESKTOP, images.TASKS, service_images.KAFKA, service_images.RUNTIME):
+        names = (images.BASE, images.DESKTOP, images.TASKS, service_images.KAFKA, service_images.RUNTIME,
+                 app_image.DEPS, app_image.APP)  # fmt: skip
+        for name in names:
             out.print(f"image {name}: {'built' if images.image_label(home, name) else 'missing'}")
     raise typer.Exit(0 if up else 1)
 
@@ -66,8 +68,9 @@ def status() -> None:
 @app.command()
 @friendly_errors
 def build(rebuild: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False) -> None:
-    """Build the base, desktop and tasks images, and the Kafka and runtime images a local compose run
-    uses (each skipped when what it is built from is unchanged)."""
+    """Build the base, desktop and tasks images, and the images a local compose run uses: Kafka's, the
+    runtime's and the self-contained cua-stream:local from this checkout's installation (each skipped
+    when what it is built from is unchanged)."""
     from cua_stream.containers import dockerd
 
     home = dockerd.DockerHome.default()
@@ -122,12 +125,19 @@ def secure_env(
 
 
 def _build(home: object, *, rebuild: bool) -> None:
-    from cua_stream.containers import images, service_images
+    from cua_stream.containers import images
 
     built_images = images.build_all(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
-    built_images += service_images.build_services(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
-    for built in built_images:
+    for built in [*built_images, *_compose_images(home, rebuild=rebuild)]:
         out.print(_built_line(built))
+
+
+def _compose_images(home: Any, *, rebuild: bool) -> list[Any]:
+    """Kafka's, the runtime's and the self-contained cua-stream image (with its dependencies' image)."""
+    from cua_stream.containers import app_image, service_images
+
+    built = service_images.build_services(home, rebuild=rebuild, say=out.print)
+    return built + app_image.build_app(home, rebuild=rebuild, say=out.print)
 
 
 def _built_line(built: Any) -> str:

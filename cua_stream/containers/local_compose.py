@@ -16,6 +16,8 @@ from cua_stream.errors import ContainerEngineError
 
 ONE_NODE = ("docker-compose.yml", "local.yml")
 THREE_NODES = ("docker-compose.yml", "kafka-3.yml", "local.yml", "local-kafka-3.yml")
+IMAGE = "local-image.yml"
+"""On top of either: the cua-stream services from the self-contained image (``app_image``)."""
 SECURE = "secure.yml"
 """On top of either: SASL_SSL brokers with ACLs, each service its own principal (one node only so far)."""
 SECRETS = ("MINIO_ROOT_PASSWORD", "ENGINE_API_KEY", "GATEWAY_API_KEY", "GATEWAY_ADMIN_API_KEY",
@@ -54,15 +56,26 @@ def local_env(
 
 
 def compose_args(
-    project: str, *, three_nodes: bool = False, secure: bool = False, compose_dir: Path | None = None
+    project: str,
+    *,
+    three_nodes: bool = False,
+    secure: bool = False,
+    image: bool = False,
+    compose_dir: Path | None = None,
 ) -> list[str]:
-    """``docker compose`` arguments (before the verb) for the local run of one or three Kafka nodes,
-    ``secure``: with compose/secure.yml (``CUA_KAFKA_SECRETS`` from ``secure_compose.ensure_secrets``)."""
+    """``docker compose`` arguments (before the verb) for the local run of one or three Kafka nodes;
+    ``secure``: with compose/secure.yml (``CUA_KAFKA_SECRETS`` from ``secure_compose.ensure_secrets``);
+    ``image``: the cua-stream services from ``cua-stream:local`` rather than the mounted checkout."""
     if secure and three_nodes:
         raise ContainerEngineError("compose/secure.yml secures the one-node file only")
     where = compose_dir or checkout_root() / "compose"
     args = ["compose", "-p", project]
-    for name in (*(THREE_NODES if three_nodes else ONE_NODE), *([SECURE] if secure else [])):
+    files = (
+        *(THREE_NODES if three_nodes else ONE_NODE),
+        *([IMAGE] if image else []),
+        *([SECURE] if secure else []),
+    )
+    for name in files:
         args += ["-f", str(where / name)]
     if three_nodes:
         args += ["--env-file", str(where / "kafka-3.env")]

@@ -1,7 +1,9 @@
 """compose/ started for real: `docker compose up` of the one-node and the three-node files, on the images
 built here (compose/local.yml: Kafka from the pinned jars, the reference engine for SGLang, moto's S3
 server for MinIO). GRPO steps go through the containers, and the chaos invariants hold on what the
-topics hold; in the three-node run one broker container is killed and started again mid-run."""
+topics hold. The one-node run's cua-stream services come from the self-contained image
+(compose/local-image.yml); in the three-node run (the checkout mounted) one broker container is killed
+and started again mid-run."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from cua_stream.bus.reader import scan
 from cua_stream.chaos.evidence import read_run
 from cua_stream.chaos.invariants import RunLog, check_all, totals
 from cua_stream.config import BusConfig
-from cua_stream.containers import images, local_compose, service_images
+from cua_stream.containers import app_image, images, local_compose, service_images
 from cua_stream.containers.dockerd import DockerHome
 from cua_stream.events import TrainStep
 from cua_stream.topics import TRAIN_STEPS
@@ -36,9 +38,25 @@ MAX_IN_FLIGHT = 3
 
 
 class Deployment:
-    def __init__(self, project: str, env: dict[str, str], *, three_nodes: bool, secure: bool = False) -> None:
-        self.args = local_compose.compose_args(project, three_nodes=three_nodes, secure=secure)
+    def __init__(
+        self,
+        project: str,
+        env: dict[str, str],
+        *,
+        three_nodes: bool,
+        secure: bool = False,
+        image: bool = False,
+    ) -> None:
+        self.args = local_compose.compose_args(project, three_nodes=three_nodes, secure=secure, image=image)
         self.env = env
+
+    def ran_from(self, service: str) -> list[tuple[str, list[str]]]:
+        """Per container of ``service`` (running or exited): its image and its mounts' sources."""
+        ids = self.compose("ps", "-a", "-q", service).stdout.split()
+        fmt = "{{.Config.Image}}{{range .Mounts}} {{.Source}}{{end}}"
+        out = subprocess.run(["docker", "inspect", "--format", fmt, *ids], capture_output=True, text=True,
+                             env=self.env, check=True).stdout  # fmt: skip
+        return [(line.split()[0], line.split()[1:]) for line in out.splitlines()]
 
     def compose(self, *verb: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["docker", *self.args, *verb], capture_output=True, text=True, env=self.env,
@@ -52,9 +70,12 @@ class Deployment:
 def deployment(
     request: pytest.FixtureRequest, docker_engine: DockerHome, tiny_model_dir: Path
 ) -> Iterator[tuple[Deployment, BusConfig, str]]:
-    for built in [images.build_base(docker_engine, say=print), *service_images.build_services(docker_engine)]:
-        print(f"image {built.name}: {'built' if built.built else 'up to date'} ({built.seconds:.1f} s)")
     three = request.param == "three"
+    built = [images.build_base(docker_engine, say=print), *service_images.build_services(docker_engine)]
+    if not three:  # the one-node run's cua-stream services come from the self-contained image
+        built += app_image.build_app(docker_engine, say=print)
+    for b in built:
+        print(f"image {b.name}: {'built' if b.built else 'up to date'} ({b.seconds:.1f} s)")
     run_id = f"compose-{uuid.uuid4().hex[:6]}"
     ports = {
         "KAFKA_HOST_PORT": free_port(),
@@ -69,7 +90,7 @@ def deployment(
     )
     env |= {"RUN_ID": run_id, "TRAINER_MAX_STEPS": "6" if three else "3"}
     bootstrap = ",".join(f"127.0.0.1:{ports[k]}" for k in ports if k.startswith("KAFKA"))
-    dep = Deployment(f"cua-test-{run_id}", env, three_nodes=three)
+    dep = Deployment(f"cua-test-{run_id}", env, three_nodes=three, image=not three)
     try:
         up = dep.compose("up", "-d")
         assert up.returncode == 0, up.stderr[-4000:] + dep.logs()
@@ -124,6 +145,11 @@ async def test_one_node_compose_trains_grpo_steps_and_keeps_every_record(
                        "os.environ['CUA_ENGINE_API_KEY']})))['weight_version'])")  # fmt: skip
     assert info.stdout.strip() == "3", info.stderr
     assert await replicas(bus) == {1}
+    # every cua-stream service ran from the self-contained image, nothing of the checkout mounted
+    for service in ("topics", "gateway", "producer", "scorer", "trainer", "dashboard"):
+        for image, sources in dep.ran_from(service):
+            assert image == app_image.APP, (service, image)
+            assert not any(s.startswith(dep.env["CUA_CHECKOUT"]) for s in sources), (service, sources)
 
 
 @pytest.mark.anyio

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cua_stream.containers import local_compose, service_images
+from cua_stream.containers import app_image, local_compose, service_images
 from cua_stream.errors import ContainerEngineError
 
 
@@ -79,3 +79,38 @@ def test_the_local_environment_is_found_from_the_checkout_or_refused_with_the_fi
     assert env["CUA_PYTHON_HOME"] == str(interpreter.parents[1])
     assert "ENGINE_API_KEY" not in env  # a secret already set is kept
     assert set(local_compose.SECRETS) - {"ENGINE_API_KEY"} <= set(env) and len(env["GATEWAY_API_KEY"]) >= 20
+
+
+def test_the_self_contained_image_replaces_every_cua_stream_service_and_mounts_no_checkout() -> None:
+    base, app = load("docker-compose.yml")["services"], load(local_compose.IMAGE)["services"]
+    cua_services = {name for name, s in base.items() if str(s.get("image", "")).startswith("${CUA_IMAGE")}
+    assert cua_services == set(app) and len(cua_services) == 6
+    for name, service in app.items():
+        assert service["image"] == "${CUA_IMAGE:-cua-stream:local}" and service["pull_policy"] == "never"
+        assert service["entrypoint"] == ["tini", "--", "cua-stream"], name
+        assert not any("CUA_CHECKOUT" in v or "CUA_PYTHON_HOME" in v for v in service["volumes"]), name
+        assert "cua-state:/var/lib/cua-stream" in service["volumes"], name  # the main file's state volume
+    assert app_image.APP == "cua-stream:local"
+    args = local_compose.compose_args("p", image=True, compose_dir=Path("/c"))
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-f"][-2:] == [
+        "/c/local.yml",
+        "/c/local-image.yml",
+    ]
+
+
+def test_the_image_carries_the_packages_and_every_installed_distribution_but_the_editable_one(
+    tmp_path: Path,
+) -> None:
+    for rel in ("cua_stream/a.py", "cua_stream/__pycache__/a.cpython-312.pyc", "cua_stream/static/x.js",
+                "producers/p.py", "consumers/c.py", "tests/t.py"):  # fmt: skip
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    files = app_image.source_files(tmp_path)
+    assert sorted(files) == ["src/consumers/c.py", "src/cua_stream/a.py", "src/cua_stream/static/x.js",
+                             "src/producers/p.py"]  # fmt: skip
+    site = tmp_path / "site"
+    for name in ("torch-2.9.0.dist-info", "cua_stream-0.1.0.dist-info", "aiokafka-0.13.0.dist-info"):
+        (site / name).mkdir(parents=True)
+    assert app_image.installed(site) == ["aiokafka-0.13.0", "torch-2.9.0"]
+    script = app_image.copy_script("/work/x/.venv", "/py")
+    assert "rm -rf __editable__.cua_stream-*" in script and "echo /opt/cua-stream > cua-stream.pth" in script

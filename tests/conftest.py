@@ -27,11 +27,12 @@ from cua_stream.config import BusConfig
 
 HEAVY = ("tests/containers/", "tests/desktop/", "tests/e2e/", "tests/integration/test_chaos.py")
 """The whole-loop and screen tests (Chromium on Xvfb in Docker or in the local desktop's namespaces,
-every daemon with its own broker): under ``pytest -n 2 --dist loadfile`` (``scripts/test.sh``) they are
-one unit of work, run one after another on one worker while the other runs the rest (about half of the
-suite's time each, serially). Measured when they were spread over both workers: two screens at once made
-a readiness timeout miss, a container count saw the other test's container, and the two chaos runs took
-300 s each instead of 100."""
+every daemon with its own broker): under ``pytest -n N --dist loadfile`` (``CUA_TEST_WORKERS=N
+scripts/test.sh``) they are one unit of work, run one after another on one worker while the others run
+the rest. Measured on 2 cores when they were spread over both workers: two screens at once made a
+readiness timeout miss, a container count saw the other test's container, and the two chaos runs took
+300 s each instead of 100. Kept on one worker, the run took 58.6 min against 55.4 in one process: two
+cores are already busy, so scripts/test.sh runs in one process unless asked."""
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:

@@ -31,7 +31,14 @@ from tests.integration.gateway_servers import tiny_model_dir
 
 __all__ = ["tiny_model_dir"]  # fixture
 
-pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow, pytest.mark.containers]
+# Up to 65 s to start and 480 s for the steps (wait_for_steps): more than the default 300 s under load.
+pytestmark = [
+    pytest.mark.kafka,
+    pytest.mark.model,
+    pytest.mark.slow,
+    pytest.mark.containers,
+    pytest.mark.timeout(720),
+]
 
 MAX_IN_FLIGHT = 3
 """compose/docker-compose.yml's trainer: (max_staleness 2 + 1) × 1 group per step (compose/local.yml)."""

@@ -33,10 +33,12 @@ if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.
   .venv/bin/python -m pip install -q --upgrade pip
 fi
 
-stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+# constraints.txt pins every package the tests ran with (transitive ones too): a fresh machine installs
+# the same set, and the self-contained image built from this .venv stays cached across machines' runs.
+stamp=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
   echo "setup: installing cua-stream and its pinned dependencies (first time: a few minutes, ~6 GB with torch)"
-  .venv/bin/python -m pip install -q -e '.[dev,megatron,s3]'
+  .venv/bin/python -m pip install -q -e '.[dev,megatron,s3]' -c constraints.txt
   echo "$stamp" > .venv/.cua-installed
 fi
 

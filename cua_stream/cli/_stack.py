@@ -4,6 +4,7 @@ when the block ends; episodes run by an in-process producer and scorer until sco
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
-from cua_stream.config import BusConfig, build
+from cua_stream.config import BusConfig, ConfigError, build
 
 if TYPE_CHECKING:
     from producers.config import ProducerConfig
@@ -68,11 +69,16 @@ def engine_and_gateway(
     gateway_port: int,
     logs: Path,
     gateway_extra: tuple[str, ...] = (),
+    engine_url: str | None = None,
 ) -> Iterator[Serving]:
-    """The reference engine serving ``model`` and a gateway recording to ``bus``, until the block ends."""
+    """The reference engine serving ``model`` and a gateway recording to ``bus``, until the block ends.
+    With ``engine_url``, an engine already serving ``model`` there (SGLang on a GPU host) is used instead
+    and none is started."""
     from cua_stream.procs import child
 
-    engine_url, gateway_url = f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}"
+    external = engine_url is not None
+    engine_url = f"http://127.0.0.1:{engine_port}" if engine_url is None else engine_url.rstrip("/")
+    gateway_url = f"http://127.0.0.1:{gateway_port}"
     engine_args = ["engine", str(model), "--port", str(engine_port)]
     gateway_args = [
         "gateway",
@@ -84,11 +90,21 @@ def engine_and_gateway(
         str(gateway_port),
     ]
     gateway_args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix, *gateway_extra]
-    with (
-        child(engine_args, f"{engine_url}/health", logs / "engine.log"),
-        child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"),
-    ):
+    with contextlib.ExitStack() as stack:
+        if not external:
+            stack.enter_context(child(engine_args, f"{engine_url}/health", logs / "engine.log"))
+        stack.enter_context(child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"))
         yield Serving(engine_url, gateway_url)
+
+
+def require_engine(url: str) -> None:
+    """An external engine must answer before anything is started for it: one line naming the URL."""
+    import httpx
+
+    try:
+        httpx.get(f"{url}/health", timeout=10).raise_for_status()
+    except httpx.HTTPError as e:
+        raise ConfigError(f"--engine-url: no engine answers {url}/health ({e}); start it first") from None
 
 
 class Steps:

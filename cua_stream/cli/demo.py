@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway
+from cua_stream.cli._stack import Steps, broker_and_topics, engine_and_gateway, require_engine
 from cua_stream.config import BusConfig, state_dir
 from cua_stream.rollouts import rollouts
 from cua_stream.tap import follow
@@ -51,6 +52,20 @@ def demo(
     engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
     gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
     keep_broker: Annotated[bool, typer.Option(help="Leave the broker running afterwards.")] = True,
+    engine_url: Annotated[
+        str | None,
+        typer.Option(
+            help="Use the engine already serving the tiny model here (SGLang on a GPU host: "
+            "scripts/gpu-check.sh) instead of starting the reference engine; each step's weights are "
+            "loaded on it."
+        ),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the run's numbers here as JSON: each step's metrics, episodes per minute."
+        ),
+    ] = None,
     config: ConfigFile = None,
 ) -> None:
     """The whole loop on one machine: broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer
@@ -69,6 +84,8 @@ def demo(
         "trials_dir": str(trials),
     }
     producer = producer_config(file_data, producer_overrides)  # a bad setting fails before anything starts
+    if engine_url:
+        require_engine(engine_url.rstrip("/"))
     if producer.environment == "local-desktop":
         from cua_stream.desktop.doctor import require_desktop
 
@@ -86,12 +103,17 @@ def demo(
     step("building the tiny Qwen3-VL (once; cached)")
     model = tiny_model_dir()
     out.print(f"    {model}")
-    step(f"starting the reference engine and the session gateway (logs in {logs})")
+    serving_what = (
+        f"the session gateway on {engine_url}"
+        if engine_url
+        else "the reference engine and the session gateway"
+    )
+    step(f"starting {serving_what} (logs in {logs})")
     try:
         with engine_and_gateway(
-            model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs
+            model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs, engine_url=engine_url
         ) as serving:
-            anyio.run(_run, producer, model, serving.engine_url, plan, follow_after, step)
+            anyio.run(_run, producer, model, serving.engine_url, plan, follow_after, step, report)
     except KeyboardInterrupt:
         pass
     finally:
@@ -106,6 +128,7 @@ async def _run(
     plan: DemoPlan,
     follow_after: float,
     step: Steps,
+    report: Path | None = None,
 ) -> None:
     from transformers.utils import logging as transformers_logging
 
@@ -146,6 +169,7 @@ async def _run(
                 f"the bundled tasks; the producer runs them on {where}, {plan.concurrency} at once, up to "
                 f"{plan.turns} turn(s) each; each step's weights are loaded on the engine"
             )
+            started = time.time()
             await Trainer(config, on_step=on_step).run()
             # the groups the trainer issued beyond its last step run to their outcomes too: nothing of this
             # run is left on the work topic for the next demo's producer
@@ -164,8 +188,33 @@ async def _run(
                 d.event.episode_id: d.event async for d in scan(bus, OUTCOMES) if d.event.group_id in trained
             }
             _summary(steps, scores, outcomes, served, config, producer)
+            if report is not None:
+                numbers = run_numbers(steps, len(outcomes), started, engine_url, served)
+                await anyio.Path(report).write_text(json.dumps(numbers, indent=2))
+                out.print(f"the run's numbers: {report}")
             if follow_after:
                 await anyio.sleep(follow_after)
+
+
+def run_numbers(
+    steps: list[TrainStep], episodes: int, started: float, engine_url: str, served: str | None
+) -> dict[str, object]:
+    """What a GPU check reports of a run: per step the trainer-engine logprob gap, the step's time and
+    the weight update's (``previous_push_s`` is measured by the next step: the last has none), and the
+    episodes trained per minute of wall clock from the trainer's start to its last step."""
+    wall_s = (steps[-1].finished_at - started) if steps else 0.0
+    return {
+        "engine_url": engine_url,
+        "served_version": served,
+        "wall_s": round(wall_s, 3),
+        "episodes": episodes,
+        "episodes_per_min": round(episodes / wall_s * 60, 2) if wall_s > 0 else 0.0,
+        "steps": [
+            {"step": s.step, "policy_version": s.policy_version, "n_episodes": s.n_episodes,
+             "finished_at": s.finished_at, "metrics": s.metrics}
+            for s in steps
+        ],
+    }  # fmt: skip
 
 
 async def _unanswered(bus: BusConfig, run_id: str) -> int:

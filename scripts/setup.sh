@@ -1,25 +1,8 @@
 # Sourced by scripts/demo.sh and scripts/test.sh: find Python 3.12, create .venv, install cua-stream.
-# Idempotent: reinstalls only when pyproject.toml changed since the last install.
+# Idempotent: reinstalls only when pyproject.toml or constraints.txt changed since the last install.
 set -euo pipefail
 
-find_python312() {
-  local cand
-  for cand in "${CUA_PYTHON:-}" python3.12; do
-    if [ -n "$cand" ] && command -v "$cand" >/dev/null 2>&1 \
-       && "$cand" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' >/dev/null 2>&1; then
-      command -v "$cand"; return 0
-    fi
-  done
-  # pyenv: use the interpreter's own path (the bare python3.12 shim fails unless 3.12 is selected).
-  if command -v pyenv >/dev/null 2>&1; then
-    local v
-    v=$(pyenv versions --bare 2>/dev/null | grep -E '^3\.12(\.[0-9]+)?$' | sort -V | tail -n 1 || true)
-    if [ -n "$v" ] && [ -x "$(pyenv root)/versions/$v/bin/python3.12" ]; then
-      echo "$(pyenv root)/versions/$v/bin/python3.12"; return 0
-    fi
-  fi
-  return 1
-}
+source "$(dirname "${BASH_SOURCE[0]}")/python312.sh"
 
 if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))'; then
   PY312=$(find_python312) || {

@@ -88,7 +88,7 @@ class EngineService:
             meta["output_token_logprobs"] = [
                 [lp, tok, None] for lp, tok in zip(gen.logprobs, gen.output_ids, strict=True)
             ]
-        if score_from is not None:  # SGLang's shape: [logprob, id, text] per input token from the start
+        if score_from is not None:  # SGLang's: [logprob, id, text] per input token from it, the first null
             meta["input_token_logprobs"] = [
                 [lp, tok, None] for lp, tok in zip(gen.input_logprobs, input_ids[score_from:], strict=True)
             ]

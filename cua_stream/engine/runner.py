@@ -50,8 +50,9 @@ class Generation:
     finish_reason: dict[str, Any]
     version_spans: list[dict[str, Any]] = field(default_factory=list)
     """[{version, start, end}] over output-token offsets, in order."""
-    input_logprobs: list[float] = field(default_factory=list)
-    """With ``score_from``: the logprob of each input token from that position on."""
+    input_logprobs: list[float | None] = field(default_factory=list)
+    """With ``score_from``: the logprob of each input token from that position on (None for the first,
+    as SGLang: no position before it is scored)."""
     version: str = ""
     """The weight version that scored the input (a scoring request)."""
 
@@ -246,8 +247,8 @@ class ModelRunner:
             raise EngineInputError(
                 "logprob_start_len: input logprobs are for scoring only (max_new_tokens=0)"
             )
-        if score_from is not None and not 0 < score_from < len(input_ids):
-            raise EngineInputError(f"logprob_start_len: must lie in [1, {len(input_ids)})")
+        if score_from is not None and not 0 <= score_from < len(input_ids):
+            raise EngineInputError(f"logprob_start_len: must lie in [0, {len(input_ids)})")
         if room < (0 if score_from is not None else 1):
             raise EngineInputError(
                 f"input_ids: {len(input_ids)} tokens leave no room for a completion in the context "
@@ -325,20 +326,22 @@ class ModelRunner:
         return False
 
     def _score(self, job: Job) -> None:
-        """The logprob of every input token from ``score_from`` on, in one forward pass: a forced
-        completion (a teacher's reply) scored by the policy, as the gateway records it."""
+        """The logprob of every input token after ``score_from``, in one forward pass: a forced
+        completion (a teacher's reply) scored by the policy, as the gateway records it. As SGLang's, the
+        token at ``score_from`` itself gets none (None): it is scored from no position."""
         start = job.score_from
         assert start is not None
         with self._step_lock:
             model, job.gen.version = self.model, self.weight_version
-            job.gen.input_logprobs = teacher_forced_logprobs(
+            scored = teacher_forced_logprobs(
                 model,
-                job.input_ids[:start],
-                job.input_ids[start:],
+                job.input_ids[: start + 1],
+                job.input_ids[start + 1 :],
                 temperature=job.params.temperature,
                 pixel_values=job.pixels.pixel_values,
                 image_grid_thw=job.pixels.image_grid_thw,
             )
+            job.gen.input_logprobs = [None, *scored]
 
     def generate(
         self, input_ids: list[int], pixels: PixelInputs, params: SamplingParams, *, rid: str = "direct"

@@ -65,7 +65,7 @@ def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineRe
     output_ids = payload.get("output_ids")
     if not isinstance(output_ids, list) or not all(isinstance(t, int) for t in output_ids):
         raise EngineProtocolError("reply has no output_ids list")
-    logprobs = _logprobs(meta, "output_token_logprobs", output_ids, "output")
+    logprobs = _logprobs(meta.get("output_token_logprobs"), "output_token_logprobs", output_ids, "output")
     finish = meta.get("finish_reason")
     finish_type = finish.get("type") if isinstance(finish, dict) else finish
     if finish_type not in ("stop", "length", "abort"):
@@ -91,11 +91,19 @@ def parse_generate_response(payload: Any, *, engine_ms: float = 0.0) -> EngineRe
 def parse_scored_response(
     payload: Any, forced_ids: Sequence[int], text: str, *, engine_ms: float = 0.0
 ) -> EngineReply:
-    """A scoring reply (``max_new_tokens=0``, input logprobs from the forced completion's start) as the
-    reply the policy would have given: ``forced_ids`` with the policy's logprob of each, ended by
-    ``stop``. Strict like ``parse_generate_response``: each entry must name its forced id."""
+    """A scoring reply (``max_new_tokens=0``, input logprobs from the prompt's last token) as the reply
+    the policy would have given: ``forced_ids`` with the policy's logprob of each, ended by ``stop``.
+    SGLang's input logprobs from ``logprob_start_len`` k name tokens k.. and leave token k's null (it has
+    no position before k to score it from), so a request from the prompt's last token answers that token
+    first, then the forced ids. Strict like ``parse_generate_response``: each entry must name its id."""
     meta = _meta(payload)
-    logprobs = _logprobs(meta, "input_token_logprobs", forced_ids, "forced")
+    entries = meta.get("input_token_logprobs")
+    if not isinstance(entries, list) or len(entries) != len(forced_ids) + 1:
+        raise EngineProtocolError(
+            f"input_token_logprobs has {len(entries) if isinstance(entries, list) else 'no'} entries for "
+            f"the prompt's last token and {len(forced_ids)} forced ids"
+        )
+    logprobs = _logprobs(entries[1:], "input_token_logprobs", forced_ids, "forced", first=1)
     n = len(forced_ids)
     return EngineReply(
         text=text,
@@ -113,15 +121,15 @@ def parse_scored_response(
     )
 
 
-def _logprobs(meta: dict[str, Any], key: str, ids: Sequence[int], what: str) -> list[float]:
-    """``meta[key]``'s logprobs: one ``[logprob, id, ...]`` entry per id, each naming its id."""
-    pairs = meta.get(key)
+def _logprobs(pairs: Any, key: str, ids: Sequence[int], what: str, *, first: int = 0) -> list[float]:
+    """The logprobs of ``pairs`` (``meta[key]`` from index ``first``): one ``[logprob, id, ...]`` entry
+    per id, each naming its id."""
     if not isinstance(pairs, list) or len(pairs) != len(ids):
         raise EngineProtocolError(
             f"{key} has {len(pairs) if isinstance(pairs, list) else 'no'} entries for {len(ids)} {what} ids"
         )
     logprobs: list[float] = []
-    for i, (pair, tok) in enumerate(zip(pairs, ids, strict=True)):
+    for i, (pair, tok) in enumerate(zip(pairs, ids, strict=True), first):
         if not isinstance(pair, (list, tuple)) or len(pair) < 2 or pair[1] != tok:
             raise EngineProtocolError(f"{key}[{i}] does not name {what} id {tok}")
         if not isinstance(pair[0], (int, float)) or math.isnan(pair[0]):
@@ -369,14 +377,15 @@ class EngineClient:
         rid: str | None = None,
     ) -> EngineReply:
         """A forced completion (``forced`` after the prompt ``input_ids``) scored by the policy, as
-        the reply it would be: SGLang's ``max_new_tokens=0`` with input logprobs from its start."""
+        the reply it would be: SGLang's ``max_new_tokens=0`` with input logprobs from the prompt's last
+        token (SGLang gives the first token scored no logprob: see ``parse_scored_response``)."""
         payload, engine_ms = await self._post_generate(
             JsonIds.of(forced, input_ids),
             image_data,
             {"temperature": temperature, "max_new_tokens": 0},
             routing_key=routing_key,
             rid=rid,
-            score_from=len(input_ids),
+            score_from=len(input_ids) - 1,
         )
         return parse_scored_response(payload, forced, text, engine_ms=engine_ms)
 

@@ -161,13 +161,14 @@ async def test_scoring_a_forced_completion_gives_the_logprobs_sampling_it_gave(e
             "input_ids": ids + sampled["output_ids"],
             "sampling_params": {"temperature": 1.0, "max_new_tokens": 0},
             "return_logprob": True,
-            "logprob_start_len": n_prompt,
+            "logprob_start_len": n_prompt - 1,
         }
         r = await http.post("/generate", json=body)
         assert r.status_code == 200, r.text
         scored = r.json()
         assert scored["output_ids"] == []
-        forced = scored["meta_info"]["input_token_logprobs"]
+        first, *forced = scored["meta_info"]["input_token_logprobs"]
+        assert first == [None, ids[-1], None]  # SGLang's: the token at logprob_start_len is not scored
         assert [t for _, t, _ in forced] == sampled["output_ids"]
         expected = [lp for lp, _, _ in sampled["meta_info"]["output_token_logprobs"]]
         assert [lp for lp, _, _ in forced] == pytest.approx(expected, abs=1e-4)
@@ -223,14 +224,10 @@ async def test_a_retracted_request_is_prefilled_again_under_the_new_weights_as_s
             "input_ids": prompt_ids + frozen["output_ids"],
             "sampling_params": {"temperature": 1.0, "max_new_tokens": 0},
             "return_logprob": True,
-            "logprob_start_len": len(prompt_ids) + cut,
+            "logprob_start_len": len(prompt_ids) + cut - 1,
         }
-        fresh = [
-            lp
-            for lp, _, _ in (await http.post("/generate", json=body)).json()["meta_info"][
-                "input_token_logprobs"
-            ]
-        ]
+        scored = (await http.post("/generate", json=body)).json()["meta_info"]["input_token_logprobs"]
+        fresh = [lp for lp, _, _ in scored[1:]]
         reported = [lp for lp, _, _ in frozen["meta_info"]["output_token_logprobs"][cut:]]
         if mode == "retract":
             assert reported == pytest.approx(fresh, abs=1e-4)

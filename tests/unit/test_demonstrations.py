@@ -4,7 +4,9 @@ its config, and the forced-completion pieces of the gateway's engine protocol (p
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import httpx
 import msgspec
 import pytest
 import torch
@@ -15,7 +17,7 @@ from consumers.trainer.sft import SftConfig, batches, demonstrations, sft_loss, 
 from cua_stream.config import ConfigError, convert
 from cua_stream.errors import EngineProtocolError
 from cua_stream.events import Discard, Reward, ScoreEvent, TurnEvent
-from cua_stream.gateway.engine_client import JsonIds, generate_body, parse_scored_response
+from cua_stream.gateway.engine_client import EngineClient, JsonIds, parse_scored_response
 from cua_stream.gateway.session import SessionSpec
 from cua_stream.identity import layout_seed
 from tests.unit.test_trainer_samples import call
@@ -107,20 +109,32 @@ def test_a_session_teacher_is_a_path_under_the_teacher_url(teacher: str) -> None
         msgspec.convert({**body, "teacher": teacher}, SessionSpec)
 
 
-def test_a_scoring_request_asks_for_the_forced_ids_logprobs() -> None:
-    prompt = JsonIds.of([1, 2, 3])
-    body = msgspec.json.decode(
-        generate_body(
-            JsonIds.of([9, 10], prompt), [], {"temperature": 1.0, "max_new_tokens": 0}, score_from=3
-        )
-    )
-    assert body["input_ids"] == [1, 2, 3, 9, 10] and body["logprob_start_len"] == 3
+@pytest.mark.anyio
+async def test_a_scoring_request_asks_for_the_forced_ids_logprobs_from_the_prompts_last_token() -> None:
+    """SGLang scores no logprob for the token at ``logprob_start_len``: the request starts one before the
+    forced ids, so that each of them gets its logprob."""
+    sent: list[dict[str, Any]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(msgspec.json.decode(request.content))
+        meta = {
+            "input_token_logprobs": [[None, 3, None], [-1.5, 9, None], [-0.5, 10, None]],
+            "prompt_tokens": 5,
+        }
+        return httpx.Response(200, json={"text": "", "output_ids": [], "meta_info": meta})
+
+    client = EngineClient("http://engine", transport=httpx.MockTransport(answer))
+    reply = await client.score(JsonIds.of([1, 2, 3]), [], [9, 10], "hi", 1.0)
+    await client.aclose()
+    (body,) = sent
+    assert body["input_ids"] == [1, 2, 3, 9, 10] and body["logprob_start_len"] == 2
     assert body["return_logprob"] is True and body["sampling_params"]["max_new_tokens"] == 0
+    assert (reply.output_ids, reply.logprobs, reply.prompt_tokens) == ([9, 10], [-1.5, -0.5], 3)
 
 
 def test_a_scored_reply_becomes_the_forced_completion_or_a_protocol_error() -> None:
     meta = {
-        "input_token_logprobs": [[-1.5, 9, None], [-0.5, 10, None]],
+        "input_token_logprobs": [[None, 3, None], [-1.5, 9, None], [-0.5, 10, None]],
         "weight_version": "4",
         "prompt_tokens": 5,
     }
@@ -132,12 +146,14 @@ def test_a_scored_reply_becomes_the_forced_completion_or_a_protocol_error() -> N
         "stop",
     )
     assert [(s.version, s.start, s.end) for s in reply.weight_versions] == [(4, 0, 2)]
-    with pytest.raises(EngineProtocolError, match="forced id 10"):
+    with pytest.raises(EngineProtocolError, match=r"input_token_logprobs\[2\] does not name forced id 10"):
         parse_scored_response(
-            {"meta_info": {**meta, "input_token_logprobs": [[-1.5, 9], [-0.5, 11]]}}, [9, 10], ""
+            {"meta_info": {**meta, "input_token_logprobs": [[None, 3], [-1.5, 9], [-0.5, 11]]}}, [9, 10], ""
         )
-    with pytest.raises(EngineProtocolError, match="1 entries for 2 forced ids"):
-        parse_scored_response({"meta_info": {**meta, "input_token_logprobs": [[-1.5, 9]]}}, [9, 10], "")
+    with pytest.raises(EngineProtocolError, match="2 entries for the prompt's last token and 2 forced ids"):
+        parse_scored_response(  # the engine scored from the first forced id: the reply lacks one entry
+            {"meta_info": {**meta, "input_token_logprobs": [[-1.5, 9], [-0.5, 10]]}}, [9, 10], ""
+        )
 
 
 @pytest.mark.model

@@ -25,11 +25,15 @@ if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
   echo "$stamp" > .venv/.cua-installed
 fi
 
+# The system packages below (desktop, container engine, Node.js) are for episodes on a screen and for the
+# tests; CUA_SETUP_PACKAGES=0 skips them (scripts/gpu-check.sh: its loop runs the scripted environment).
+apt_ok() { [ "${CUA_SETUP_PACKAGES:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }
+
 # The local desktop's Debian packages (cua_stream/desktop/packages.txt), installed when a program is
 # missing and we may: as root, with apt-get. Otherwise `cua-stream desktop doctor` says what to do.
 desktop_missing=$(awk -F'\t' '!/^#/ && NF == 2 {print $1}' cua_stream/desktop/packages.txt | while read -r p; do
   command -v "$p" >/dev/null 2>&1 || echo "$p"; done)
-if [ -n "$desktop_missing" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if [ -n "$desktop_missing" ] && apt_ok; then
   echo "setup: installing the local desktop's packages (missing: $(echo $desktop_missing | tr '\n' ' '))"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
@@ -38,15 +42,14 @@ fi
 
 # The container engine (episodes in Harbor's docker environment: `cua-stream containers start`): Debian's
 # Docker Engine and debootstrap (the base image is made from Debian's packages: no registry is reachable).
-if { ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; } \
-   && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if { ! command -v dockerd >/dev/null 2>&1 || ! command -v debootstrap >/dev/null 2>&1; } && apt_ok; then
   echo "setup: installing the container engine's packages (docker.io, debootstrap)"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends docker.io debootstrap >/dev/null
 fi
 
 # Node.js runs the dashboard's page script in its unit test (tests/unit/test_dashboard_render.py).
-if ! command -v node >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+if ! command -v node >/dev/null 2>&1 && apt_ok; then
   echo "setup: installing nodejs (the dashboard script's test)"
   apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs >/dev/null

@@ -4,9 +4,8 @@ when the block ends; episodes run by an in-process producer and scorer until sco
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -77,7 +76,7 @@ def engine_and_gateway(
     from cua_stream.procs import child
 
     external = engine_url is not None
-    engine_url = f"http://127.0.0.1:{engine_port}" if engine_url is None else engine_url.rstrip("/")
+    engine_url = f"http://127.0.0.1:{engine_port}" if engine_url is None else engine_url
     gateway_url = f"http://127.0.0.1:{gateway_port}"
     engine_args = ["engine", str(model), "--port", str(engine_port)]
     gateway_args = [
@@ -90,7 +89,7 @@ def engine_and_gateway(
         str(gateway_port),
     ]
     gateway_args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix, *gateway_extra]
-    with contextlib.ExitStack() as stack:
+    with ExitStack() as stack:
         if not external:
             stack.enter_context(child(engine_args, f"{engine_url}/health", logs / "engine.log"))
         stack.enter_context(child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"))

@@ -85,7 +85,8 @@ def demo(
     }
     producer = producer_config(file_data, producer_overrides)  # a bad setting fails before anything starts
     if engine_url:
-        require_engine(engine_url.rstrip("/"))
+        engine_url = engine_url.rstrip("/")
+        require_engine(engine_url)
     if producer.environment == "local-desktop":
         from cua_stream.desktop.doctor import require_desktop
 

@@ -92,16 +92,23 @@ def env() -> None:
 @friendly_errors
 def local_env(
     models: Annotated[str, typer.Option(help="Directory whose qwen3-vl/ holds the model (make-tiny-model).")],
+    trials: Annotated[
+        str | None,
+        typer.Option(help="With compose/docker-producer.yml: the host directory the episodes' trials go to."),
+    ] = None,
 ) -> None:
     """Print the exports compose/local.yml needs: this checkout and its interpreter (mounted), the
-    models directory, and random secrets for those not set yet. Then: docker compose -f
-    compose/docker-compose.yml -f compose/local.yml up -d."""
+    models directory, and random secrets for those not set yet; with --trials, also what
+    compose/docker-producer.yml mounts (this daemon's socket, the docker CLI, the compose plugin).
+    Then: docker compose -f compose/docker-compose.yml -f compose/local.yml up -d."""
     from pathlib import Path
 
     from cua_stream.config import child_env
     from cua_stream.containers import dockerd, local_compose
 
     values = local_compose.local_env(local_compose.checkout_root(), Path(models), child_env())
+    if trials is not None:
+        values |= local_compose.docker_producer_env(dockerd.DockerHome.default(), Path(trials))
     print(_exports(dockerd.DockerHome.default()))
     print(_export_lines(values))
 

@@ -9,15 +9,20 @@ checkout itself rather than asked for.
 from __future__ import annotations
 
 import secrets
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
+from cua_stream.containers.dockerd import DockerHome
 from cua_stream.errors import ContainerEngineError
 
 ONE_NODE = ("docker-compose.yml", "local.yml")
 THREE_NODES = ("docker-compose.yml", "kafka-3.yml", "local.yml", "local-kafka-3.yml")
 IMAGE = "local-image.yml"
 """On top of either: the cua-stream services from the self-contained image (``app_image``)."""
+DOCKER_PRODUCER = "docker-producer.yml"
+"""On top of either: the producer runs each episode in a container of its own on the daemon, through
+Harbor's docker environment (``docker_producer_env`` says what it mounts)."""
 SECURE = "secure.yml"
 """On top of either: SASL_SSL brokers with ACLs, each service its own principal (one node only so far)."""
 SECRETS = ("MINIO_ROOT_PASSWORD", "ENGINE_API_KEY", "GATEWAY_API_KEY", "GATEWAY_ADMIN_API_KEY",
@@ -55,17 +60,37 @@ def local_env(
     return wanted
 
 
+def docker_producer_env(home: DockerHome, trials: Path, docker_cli: str | None = None) -> dict[str, str]:
+    """What compose/docker-producer.yml mounts into the producer for the daemon at ``home``: its socket,
+    the docker CLI and the compose plugin's directory, and ``trials`` (made here), which the episode
+    containers' log mounts name by their host path."""
+    cli = docker_cli or shutil.which("docker")
+    if not cli:
+        raise ContainerEngineError("the docker CLI is not installed: apt-get install -y docker.io (as root)")
+    if not home.compose_plugin.exists():
+        raise ContainerEngineError(f"no compose plugin at {home.compose_plugin}: cua-stream containers start")
+    trials.mkdir(parents=True, exist_ok=True)
+    return {
+        "DOCKER_SOCKET": str(home.socket),
+        "DOCKER_CLI": str(Path(cli).resolve()),
+        "DOCKER_CLI_PLUGINS": str(home.compose_plugin.parent),
+        "CUA_TRIALS_DIR": str(trials.resolve()),
+    }
+
+
 def compose_args(
     project: str,
     *,
     three_nodes: bool = False,
     secure: bool = False,
     image: bool = False,
+    docker_producer: bool = False,
     compose_dir: Path | None = None,
 ) -> list[str]:
     """``docker compose`` arguments (before the verb) for the local run of one or three Kafka nodes;
     ``secure``: with compose/secure.yml (``CUA_KAFKA_SECRETS`` from ``secure_compose.ensure_secrets``);
-    ``image``: the cua-stream services from ``cua-stream:local`` rather than the mounted checkout."""
+    ``image``: the cua-stream services from ``cua-stream:local`` rather than the mounted checkout;
+    ``docker_producer``: episodes in Docker (compose/docker-producer.yml, ``docker_producer_env``)."""
     if secure and three_nodes:
         raise ContainerEngineError("compose/secure.yml secures the one-node file only")
     where = compose_dir or checkout_root() / "compose"
@@ -73,6 +98,7 @@ def compose_args(
     files = (
         *(THREE_NODES if three_nodes else ONE_NODE),
         *([IMAGE] if image else []),
+        *([DOCKER_PRODUCER] if docker_producer else []),
         *([SECURE] if secure else []),
     )
     for name in files:

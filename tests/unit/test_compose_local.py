@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from cua_stream.containers import app_image, local_compose, service_images
+from cua_stream.containers.dockerd import DockerHome
 from cua_stream.errors import ContainerEngineError
 
 
@@ -114,3 +115,32 @@ def test_the_image_carries_the_packages_and_every_installed_distribution_but_the
     assert app_image.installed(site) == ["aiokafka-0.13.0", "torch-2.9.0"]
     script = app_image.copy_script("/work/x/.venv", "/py")
     assert "rm -rf __editable__.cua_stream-*" in script and "echo /opt/cua-stream > cua-stream.pth" in script
+
+
+def test_the_docker_producer_mounts_the_daemon_and_the_trials_at_their_host_path(tmp_path: Path) -> None:
+    from producers.config import ProducerConfig
+
+    producer = load(local_compose.DOCKER_PRODUCER)["services"]["producer"]
+    env = producer["environment"]
+    assert env["CUA_PRODUCER_ENVIRONMENT"] == "docker" and producer["privileged"] is False
+    field = "CUA_PRODUCER_TRIALS_DIR".removeprefix("CUA_PRODUCER_").lower()
+    assert field in ProducerConfig.__struct_fields__
+    mounts = {v.rsplit(":ro", 1)[0].split(":")[-1]: v for v in producer["volumes"]}
+    assert env["DOCKER_HOST"] == "unix://" + next(t for t in mounts if t.endswith(".sock"))
+    assert env["DOCKER_CONFIG"] + "/cli-plugins" in mounts
+    trials = next(v for v in producer["volumes"] if v.startswith("${CUA_TRIALS_DIR"))
+    source, target = trials.split("}:", 1)
+    assert source + "}" == target  # the same path: Harbor's log mounts name it, the daemon resolves it
+    args = local_compose.compose_args("p", image=True, docker_producer=True, compose_dir=Path("/c"))
+    assert [args[i + 1] for i, a in enumerate(args) if a == "-f"][-2:] == ["/c/local-image.yml",
+                                                                           "/c/docker-producer.yml"]  # fmt: skip
+    home = DockerHome(tmp_path / "d")
+    with pytest.raises(ContainerEngineError, match="containers start"):
+        local_compose.docker_producer_env(home, tmp_path / "t", docker_cli="/usr/bin/docker")
+    home.compose_plugin.parent.mkdir(parents=True)
+    home.compose_plugin.write_text("")
+    got = local_compose.docker_producer_env(home, tmp_path / "t", docker_cli=sys.executable)
+    assert got["DOCKER_SOCKET"] == str(home.socket) and got["DOCKER_CLI_PLUGINS"] == str(
+        home.config / "cli-plugins"
+    )
+    assert (tmp_path / "t").is_dir() and got["CUA_TRIALS_DIR"] == str((tmp_path / "t").resolve())

@@ -13,9 +13,17 @@ its own tokens only, its M-RoPE positions restart, its images are its own). ``OU
 [Tensor[L]]}``, per item the logprob of each token given the tokens before it (at the temperature), 0.0
 at its first token (nothing predicts it), the convention of cua-stream's torch backend.
 
-Without Transformer Engine (a CPU host: its torch extension builds only with CUDA), ``use_local_modules``
-puts megatron-core's own modules where megatron-bridge 0.6.2 hard-codes TE ones, and adds the one thing
-those lack, packed (THD) attention. On a GPU host with TE none of this is applied.
+With ``"loss": {LossConfig's fields}`` in the request and, per item, ``"rollout_logprobs"``,
+``"loss_mask"`` (per token), ``"advantage"`` and ``"episode"``, the forward keeps its graph and the
+project's own ``policy_loss`` (``consumers/trainer/loss.py``, loaded from its file: torch only) is applied
+to the packed logprobs and differentiated; ``OUT.pt`` adds ``"loss"``, ``"stats"`` (LossStats' fields),
+``"grad_norm"`` (every parameter's gradient, unclipped) and ``"lm_head_grad"`` (the output layer's, the
+checkpoint's vocabulary rows). No optimizer step is taken.
+
+The worker runs on the CPU, in float32, with megatron-core's own modules where megatron-bridge 0.6.2
+hard-codes Transformer Engine ones (``use_local_modules``; TE's torch extension builds only with CUDA), plus
+the one thing those lack, packed (THD) attention. The GPU path (TE's modules, NCCL, the model on the
+device) is not written yet.
 """
 
 from __future__ import annotations
@@ -157,8 +165,7 @@ def use_local_modules() -> None:
     vl_model.TENorm = WrappedTorchNorm
     vl_model.TEColumnParallelLinear = ColumnParallelLinear
     vl_model.TERowParallelLinear = RowParallelLinear
-    if not torch.cuda.is_available():
-        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
 
 
 def free_port() -> int:
@@ -168,23 +175,22 @@ def free_port() -> int:
 
 
 def load_model(model_dir: str) -> Any:
-    """The checkpoint as megatron-bridge's Qwen3-VL model (world size 1, TP = PP = 1), in eval mode."""
+    """The checkpoint as megatron-bridge's Qwen3-VL model on the CPU (world size 1, TP = PP = 1), in eval
+    mode (no dropout; the gradient still flows)."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
     bridge_cls = import_bridge()
-    local = not have_transformer_engine()
-    if local:
-        use_local_modules()
+    use_local_modules()
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(free_port()))
-        dist.init_process_group("gloo" if local else "nccl", rank=0, world_size=1)
+        dist.init_process_group("gloo", rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
     bridge = bridge_cls.from_hf_pretrained(model_dir)
     provider = bridge.to_megatron_provider(load_weights=False)
-    provider.use_cpu_initialization = local
+    provider.use_cpu_initialization = True
     provider.params_dtype = torch.float32
     provider.finalize()
     model = provider.provide(pre_process=True, post_process=True)  # one stage: it embeds and projects
@@ -238,6 +244,56 @@ def packed_logprobs(model: Any, items: list[dict[str, Any]], temperature: float 
     return out
 
 
+def load_policy_loss() -> Any:
+    """The project's loss module from its file (it imports torch only), not a copy: one definition."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "consumers/trainer/loss.py"
+    spec = importlib.util.spec_from_file_location("cua_trainer_loss", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def loss_and_gradient(model: Any, request: dict[str, Any], vocab: int) -> dict[str, Any]:
+    """The packed GRPO loss of the request's items and its gradient (no optimizer step)."""
+    import dataclasses
+
+    loss_module = load_policy_loss()
+    items = request["items"]
+    logprobs = torch.cat(packed_logprobs(model, items, float(request.get("temperature", 1.0))))
+
+    def per_token(key: str, dtype: torch.dtype) -> torch.Tensor:
+        return torch.cat([torch.as_tensor(item[key], dtype=dtype) for item in items])
+
+    def per_item(key: str, dtype: torch.dtype) -> torch.Tensor:
+        return torch.cat(
+            [torch.full((int(item["tokens"].numel()),), item[key], dtype=dtype) for item in items]
+        )
+
+    model.zero_grad(set_to_none=True)
+    loss, stats = loss_module.policy_loss(
+        logprobs,
+        per_token("rollout_logprobs", torch.float32),
+        per_item("advantage", torch.float32),
+        per_token("loss_mask", torch.uint8),
+        per_item("episode", torch.long),
+        loss_module.LossConfig(**request["loss"]),
+    )
+    loss.backward()
+    grads = [p.grad.detach().flatten() for p in model.parameters() if p.grad is not None]
+    head = model.language_model.output_layer.weight.grad
+    return {
+        "loss": float(loss.detach()),
+        "stats": dataclasses.asdict(stats),
+        "grad_norm": float(torch.cat(grads).norm()),
+        "lm_head_grad": head[:vocab].detach().clone(),
+    }
+
+
 def main(argv: list[str]) -> int:
     if argv == ["--check-imports"]:
         import_bridge()
@@ -251,8 +307,12 @@ def main(argv: list[str]) -> int:
     request = torch.load(src, weights_only=True)
     model = load_model(model_dir)
     with torch.no_grad():
-        logprobs = packed_logprobs(model, request["items"], float(request.get("temperature", 1.0)))
-    torch.save({"logprobs": logprobs}, dst)
+        out: dict[str, Any] = {
+            "logprobs": packed_logprobs(model, request["items"], float(request.get("temperature", 1.0)))
+        }
+    if "loss" in request:
+        out |= loss_and_gradient(model, request, int(request["vocab_size"]))
+    torch.save(out, dst)
     return 0
 
 

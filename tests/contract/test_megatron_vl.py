@@ -6,22 +6,25 @@ end to end in one THD sequence, to ``scripts/megatron_vl_worker.py`` in megatron
 (``scripts/megatron-env.sh``; it cannot share cua-stream's transformers), which converts the checkpoint
 with megatron-bridge's ``AutoBridge`` (its Qwen3-VL provider and weight mappings) and runs its Qwen3-VL
 model: vision tower, deepstack, M-RoPE restarting per packed sample. On this CPU host megatron-core's local
-modules stand in for Transformer Engine (see the worker). The loss and gradient on top of these logprobs
-are the project's ``policy_loss``, whose packed form tests/unit/test_trainer_packing.py checks.
+modules stand in for Transformer Engine (see the worker). Then the step's loss (the project's
+``policy_loss`` over the packed logprobs, in the worker) and its gradient against the torch backend's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from consumers.trainer.images import pixel_inputs
+from consumers.trainer.loss import LossConfig, policy_loss
 from consumers.trainer.samples import Sample, assemble
-from consumers.trainer.torch_backend import TorchBackend
+from consumers.trainer.torch_backend import TorchBackend, TrainItem, loss_mask
 from cua_stream.blobs import LocalBlobStore
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_trainer_torch import one_turn
@@ -53,16 +56,34 @@ def megatron_python() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def worker_logprobs(
-    python: str, model_dir: Path, samples: list[Sample], backend: TorchBackend, tmp: Path
-) -> list[torch.Tensor]:
-    items = []
-    for sample in samples:
+def run_worker(
+    python: str,
+    model_dir: Path,
+    items: list[TrainItem],
+    backend: TorchBackend,
+    tmp: Path,
+    loss: LossConfig | None = None,
+) -> dict[str, Any]:
+    """The worker's answer for ``items`` packed (with ``loss``: its loss and gradient too)."""
+    batch = []
+    for item in items:
+        sample = item.sample
         pixels, grid = pixel_inputs(sample.images, backend.blobs, backend.processor.image_processor)
-        items.append(
-            {"tokens": torch.tensor(list(sample.tokens)), "pixel_values": pixels, "image_grid_thw": grid}
+        batch.append(
+            {
+                "tokens": torch.tensor(list(sample.tokens)),
+                "pixel_values": pixels,
+                "image_grid_thw": grid,
+                "rollout_logprobs": torch.tensor(list(sample.rollout_logprobs), dtype=torch.float32),
+                "loss_mask": loss_mask(sample),
+                "advantage": item.advantage,
+                "episode": item.episode,
+            }
         )
-    torch.save({"temperature": backend.temperature, "items": items}, tmp / "in.pt")
+    request: dict[str, Any] = {"temperature": backend.temperature, "items": batch}
+    if loss is not None:
+        request |= {"loss": dataclasses.asdict(loss), "vocab_size": backend.model.lm_head.weight.shape[0]}
+    torch.save(request, tmp / "in.pt")
     env = {**os.environ, "PYTHONPATH": ""}  # the worker sees its own venv only
     done = subprocess.run(
         [python, str(WORKER), str(model_dir), str(tmp / "in.pt"), str(tmp / "out.pt")],
@@ -72,7 +93,7 @@ def worker_logprobs(
         env=env,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return torch.load(tmp / "out.pt", weights_only=True)["logprobs"]
+    return torch.load(tmp / "out.pt", weights_only=True)
 
 
 def trained(sample: Sample) -> torch.Tensor:
@@ -81,20 +102,26 @@ def trained(sample: Sample) -> torch.Tensor:
     return mask
 
 
-def test_megatron_bridge_qwen3_vl_packed_logprobs_equal_the_torch_backend(
-    megatron_python: str, tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    blobs = LocalBlobStore(tmp_path / "blobs")
-    screenshot, _ = one_turn(tiny_model_dir, blobs)
+def step_items(model_dir: Path, blobs: LocalBlobStore) -> list[TrainItem]:
+    """Two episodes: a screenshot sample (the engine's completion and logprobs) between two text ones, so
+    its image and M-RoPE positions must land on its own tokens in the pack."""
+    screenshot, _ = one_turn(model_dir, blobs)
     (with_image,) = assemble([screenshot]).samples
     (text,) = assemble(
         [call(0, None, [9, 301, 4096], [77, 15000, 2]), call(1, 0, [151644, 8], [640])]
     ).samples
     (short,) = assemble([call(0, None, [5, 6], [7, 8, 9])]).samples
-    # a screenshot sample between two text ones: its image and M-RoPE positions must land on its own tokens
-    samples = [text, with_image, short]
+    return [TrainItem(text, 0.7, 0), TrainItem(with_image, -0.4, 1), TrainItem(short, 0.7, 0)]
+
+
+def test_megatron_bridge_qwen3_vl_packed_logprobs_equal_the_torch_backend(
+    megatron_python: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    items = step_items(tiny_model_dir, blobs)
+    samples = [item.sample for item in items]
     backend = TorchBackend(tiny_model_dir, blobs)
-    got = worker_logprobs(megatron_python, tiny_model_dir, samples, backend, tmp_path)
+    got = run_worker(megatron_python, tiny_model_dir, items, backend, tmp_path)["logprobs"]
 
     assert [len(g) for g in got] == [len(s.tokens) for s in samples]
     for sample, logp in zip(samples, got, strict=True):
@@ -104,3 +131,40 @@ def test_megatron_bridge_qwen3_vl_packed_logprobs_equal_the_torch_backend(
         assert mask.sum() > 0 and logp[0] == 0.0
         assert want[mask].abs().min() > 0.01  # real logprobs, not the zeros of untrained positions
         assert logp[mask].tolist() == pytest.approx(want[mask].tolist(), abs=TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "config", [LossConfig(), LossConfig(tis_clip=2.0, reduction="token")], ids=["clip", "tis-token"]
+)
+def test_megatron_bridge_qwen3_vl_loss_and_gradient_equal_the_torch_backend(
+    config: LossConfig, megatron_python: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The step's loss (PPO clip and the episode mean; TIS and the token mean), its statistics, the gradient's norm over every
+    weight (a reparametrisation-free measure: megatron fuses QKV and gate/up where transformers keeps them
+    apart) and the output layer's gradient, row for row."""
+    blobs = LocalBlobStore(tmp_path / "blobs")
+    items = step_items(tiny_model_dir, blobs)
+    backend = TorchBackend(tiny_model_dir, blobs, loss=config, max_grad_norm=1e9)
+    got = run_worker(megatron_python, tiny_model_dir, items, backend, tmp_path, loss=config)
+
+    want, _ = backend.measure(items)
+    # the text samples' rollout logprobs are 0: ratios far from 1 (clipped), TIS weights far from 1
+    assert want.grad_norm > 0 and want.loss.logprob_gap > 1
+    assert want.loss.clip_fraction > 0 or config.tis_clip
+    assert got["loss"] == pytest.approx(want.loss.loss, abs=TOLERANCE)
+    assert got["stats"]["tokens"] == want.loss.tokens
+    assert got["stats"]["clip_fraction"] == pytest.approx(want.loss.clip_fraction)
+    assert got["stats"]["logprob_gap"] == pytest.approx(want.loss.logprob_gap, abs=TOLERANCE)
+    assert got["grad_norm"] == pytest.approx(want.grad_norm, rel=1e-3)
+
+    backend.model.zero_grad(set_to_none=True)
+    logprobs = torch.cat([backend.token_logprobs(item.sample) for item in items])
+    rollout = torch.cat([torch.tensor(list(i.sample.rollout_logprobs), dtype=torch.float32) for i in items])
+    per_token = [len(item.sample.tokens) for item in items]
+    advantages = torch.cat([torch.full((n,), i.advantage) for n, i in zip(per_token, items, strict=True)])
+    episodes = torch.cat([torch.full((n,), i.episode) for n, i in zip(per_token, items, strict=True)])
+    mask = torch.cat([loss_mask(item.sample) for item in items])
+    policy_loss(logprobs, rollout, advantages, mask, episodes, config)[0].backward()
+    head = backend.model.lm_head.weight.grad
+    assert head is not None and head.abs().max() > 0
+    assert (got["lm_head_grad"] - head).abs().max() < 1e-3 * head.abs().max()

@@ -33,7 +33,8 @@ fi
 
 source "$here/python312.sh"
 py312=$(find_python312) || {
-  echo "megatron-env: megatron-bridge needs Python 3.12: install it (pyenv install 3.12) or set CUA_PYTHON" >&2
+  echo "megatron-env: megatron-bridge needs Python 3.12: install it (pyenv install 3.12) or set CUA_PYTHON" \
+    >&2
   exit 2
 }
 started=$SECONDS

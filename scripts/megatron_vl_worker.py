@@ -17,8 +17,9 @@ With ``"loss": {LossConfig's fields}`` in the request and, per item, ``"rollout_
 ``"loss_mask"`` (per token), ``"advantage"`` and ``"episode"``, the forward keeps its graph and the
 project's own ``policy_loss`` (``consumers/trainer/loss.py``, loaded from its file: torch only) is applied
 to the packed logprobs and differentiated; ``OUT.pt`` adds ``"loss"``, ``"stats"`` (LossStats' fields),
-``"grad_norm"`` (every parameter's gradient, unclipped) and ``"lm_head_grad"`` (the output layer's, the
-checkpoint's vocabulary rows). No optimizer step is taken.
+``"grad_norm"`` (every parameter's gradient, unclipped) and ``"grads"``: the gradient of each checkpoint
+weight, by its Hugging Face name, mapped back through megatron-bridge's own export (``export_hf_weights``
+applied to the gradients: fused QKV and gate/up split as the weights are). No optimizer step is taken.
 
 The worker runs on the CPU, in float32, with megatron-core's own modules where megatron-bridge 0.6.2
 hard-codes Transformer Engine ones (``use_local_modules``; TE's torch extension builds only with CUDA), plus
@@ -174,9 +175,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def load_model(model_dir: str) -> Any:
-    """The checkpoint as megatron-bridge's Qwen3-VL model on the CPU (world size 1, TP = PP = 1), in eval
-    mode (no dropout; the gradient still flows)."""
+def load_model(model_dir: str) -> tuple[Any, Any]:
+    """The bridge and the checkpoint as megatron-bridge's Qwen3-VL model on the CPU (world size 1,
+    TP = PP = 1), in eval mode (no dropout; the gradient still flows)."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
@@ -195,7 +196,7 @@ def load_model(model_dir: str) -> Any:
     provider.finalize()
     model = provider.provide(pre_process=True, post_process=True)  # one stage: it embeds and projects
     bridge.load_hf_weights([model])
-    return model.eval()
+    return bridge, model.eval()
 
 
 def pack(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -258,7 +259,24 @@ def load_policy_loss() -> Any:
     return module
 
 
-def loss_and_gradient(model: Any, request: dict[str, Any], vocab: int) -> dict[str, Any]:
+def hf_gradients(bridge: Any, model: Any) -> dict[str, torch.Tensor]:
+    """Each parameter's gradient under its Hugging Face name: the bridge's weight export, run with every
+    parameter's data swapped for its gradient (0 where it has none), then swapped back."""
+    params = list(model.parameters())
+    saved = [p.data for p in params]
+    try:
+        for p in params:
+            p.data = p.grad.detach() if p.grad is not None else torch.zeros_like(p.data)
+        return {
+            name: tensor.detach().clone()
+            for name, tensor in bridge.export_hf_weights([model], cpu=True, show_progress=False)
+        }
+    finally:
+        for p, data in zip(params, saved, strict=True):
+            p.data = data
+
+
+def loss_and_gradient(bridge: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
     """The packed GRPO loss of the request's items and its gradient (no optimizer step)."""
     import dataclasses
 
@@ -285,12 +303,11 @@ def loss_and_gradient(model: Any, request: dict[str, Any], vocab: int) -> dict[s
     )
     loss.backward()
     grads = [p.grad.detach().flatten() for p in model.parameters() if p.grad is not None]
-    head = model.language_model.output_layer.weight.grad
     return {
         "loss": float(loss.detach()),
         "stats": dataclasses.asdict(stats),
         "grad_norm": float(torch.cat(grads).norm()),
-        "lm_head_grad": head[:vocab].detach().clone(),
+        "grads": hf_gradients(bridge, model),
     }
 
 
@@ -305,13 +322,13 @@ def main(argv: list[str]) -> int:
         return 2
     model_dir, src, dst = argv
     request = torch.load(src, weights_only=True)
-    model = load_model(model_dir)
+    bridge, model = load_model(model_dir)
     with torch.no_grad():
         out: dict[str, Any] = {
             "logprobs": packed_logprobs(model, request["items"], float(request.get("temperature", 1.0)))
         }
     if "loss" in request:
-        out |= loss_and_gradient(model, request, int(request["vocab_size"]))
+        out |= loss_and_gradient(bridge, model, request)
     torch.save(out, dst)
     return 0
 

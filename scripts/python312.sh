@@ -1,5 +1,5 @@
-# Sourced by scripts/setup.sh and scripts/sglang-env.sh: find_python312 prints the path of a Python 3.12
-# interpreter (CUA_PYTHON, python3.12 on PATH, or pyenv's newest 3.12), or fails.
+# Sourced by scripts/setup.sh, scripts/sglang-env.sh and scripts/megatron-env.sh: find_python312 prints
+# the path of a Python 3.12 interpreter (CUA_PYTHON, python3.12 on PATH, or pyenv's newest 3.12), or fails.
 
 find_python312() {
   local cand

@@ -17,6 +17,15 @@ CUA_SGLANG_PYTHON=$(bash scripts/sglang-env.sh) || {
 }
 export CUA_SGLANG_PYTHON
 
+# megatron-bridge 0.6.2 in its own venv too (it pins transformers <= 5.12.1), for the parity of its Qwen3-VL
+# with the torch backend (tests/contract/test_megatron_vl.py). Cached outside the checkout: the first run
+# takes ~3 minutes and 5.7 GB, later ones a second.
+CUA_MEGATRON_PYTHON=$(bash scripts/megatron-env.sh) || {
+  echo "test.sh: megatron-bridge's venv could not be made: run bash scripts/megatron-env.sh (it says why)" >&2
+  exit 1
+}
+export CUA_MEGATRON_PYTHON
+
 # Two consecutive free ports: the client listener and the KRaft controller.
 port=$(.venv/bin/python - <<'PY'
 import socket

@@ -1,0 +1,337 @@
+"""Qwen3-VL through megatron-bridge: packed next-token logprobs. Runs in megatron-bridge's venv
+(``scripts/megatron-env.sh``), never in cua-stream's: torch, transformers and megatron only, nothing of
+cua_stream's (megatron-bridge pins a transformers that cua-stream's venv cannot hold).
+
+    python megatron_vl_worker.py MODEL_DIR IN.pt OUT.pt
+    python megatron_vl_worker.py --check-imports
+
+``MODEL_DIR``: a Hugging Face Qwen3-VL checkpoint, converted by megatron-bridge's ``AutoBridge`` (its
+Qwen3-VL provider and weight mappings). ``IN.pt`` (``torch.save``): ``{"temperature": float, "items":
+[{"tokens": LongTensor[L], "pixel_values": Tensor | None, "image_grid_thw": LongTensor[n, 3] | None}]}``.
+The items go end to end in one THD-packed sequence (megatron's ``PackedSeqParams``: each item attends to
+its own tokens only, its M-RoPE positions restart, its images are its own). ``OUT.pt``: ``{"logprobs":
+[Tensor[L]]}``, per item the logprob of each token given the tokens before it (at the temperature), 0.0
+at its first token (nothing predicts it), the convention of cua-stream's torch backend.
+
+With ``"loss": {LossConfig's fields}`` in the request and, per item, ``"rollout_logprobs"``,
+``"loss_mask"`` (per token), ``"advantage"`` and ``"episode"``, the forward keeps its graph and the
+project's own ``policy_loss`` (``consumers/trainer/loss.py``, loaded from its file: torch only) is applied
+to the packed logprobs and differentiated; ``OUT.pt`` adds ``"loss"``, ``"stats"`` (LossStats' fields),
+``"grad_norm"`` (every parameter's gradient, unclipped) and ``"grads"``: the gradient of each checkpoint
+weight, by its Hugging Face name, mapped back through megatron-bridge's own export (``export_hf_weights``
+applied to the gradients: fused QKV and gate/up split as the weights are). No optimizer step is taken.
+
+The worker runs on the CPU, in float32, with megatron-core's own modules where megatron-bridge 0.6.2
+hard-codes Transformer Engine ones (``use_local_modules``; TE's torch extension builds only with CUDA), plus
+the one thing those lack, packed (THD) attention. The GPU path (TE's modules, NCCL, the model on the
+device) is not written yet.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import sys
+import types
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+warnings.filterwarnings("ignore")  # megatron warns at import that Apex / TE / fused kernels are missing
+
+
+def have_transformer_engine() -> bool:
+    try:
+        import transformer_engine.pytorch  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def stub_lora_layers() -> None:
+    """megatron-bridge 0.6.2 imports ``transformer_engine.pytorch`` unconditionally in
+    ``megatron/bridge/peft/lora_layers.py:20``, on the import path of ``AutoBridge`` (model_bridge ->
+    peft_bridge -> canonical_lora -> lora_layers). LoRA is not used here: its module is replaced by one
+    whose classes fail if ever built. Must run after megatron-core decided TE is absent."""
+    name = "megatron.bridge.peft.lora_layers"
+    stub = types.ModuleType(name)
+
+    def missing(attr: str) -> type:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def refuse(self: Any, *args: Any, **kwargs: Any) -> None:
+            raise RuntimeError(f"{attr}: megatron-bridge's LoRA needs Transformer Engine")
+
+        cls = type(attr, (), {"__init__": refuse})
+        setattr(stub, attr, cls)
+        return cls
+
+    stub.__getattr__ = missing  # type: ignore[method-assign]
+    sys.modules[name] = stub
+
+
+def import_bridge() -> Any:
+    import megatron.core.extensions.transformer_engine  # noqa: F401  (sets HAVE_TE before the stub exists)
+
+    if not have_transformer_engine():
+        stub_lora_layers()
+    from megatron.bridge import AutoBridge
+
+    return AutoBridge
+
+
+def segment_attention_class() -> type:
+    """megatron-core's local ``DotProductAttention`` refuses packed sequences
+    (``megatron/core/transformer/dot_product_attention.py:153``, "use TEDotProductAttention"); Qwen3-VL's
+    vision tower always packs (one segment per image frame), and the packed trainer packs samples. This one
+    attends within each ``cu_seqlens`` segment (causal or not, as the layer's mask type says)."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    class SegmentAttention(DotProductAttention):  # type: ignore[misc]
+        def forward(  # type: ignore[override]
+            self,
+            query: torch.Tensor,
+            key: torch.Tensor,
+            value: torch.Tensor,
+            attention_mask: torch.Tensor | None,
+            attn_mask_type: Any = None,
+            attention_bias: torch.Tensor | None = None,
+            packed_seq_params: Any = None,
+        ) -> torch.Tensor:
+            if packed_seq_params is None:
+                return super().forward(query, key, value, attention_mask, attn_mask_type, attention_bias)
+            # THD: (t, heads, dim), possibly with a batch axis of 1
+            q, k, v = (x.reshape(x.shape[0], x.shape[-2], x.shape[-1]) for x in (query, key, value))
+            if q.shape[1] != k.shape[1]:  # grouped-query attention: each key head serves a group
+                k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+                v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
+            causal = (attn_mask_type or self.attn_mask_type) in (
+                AttnMaskType.causal,
+                AttnMaskType.padding_causal,
+            )
+            bounds = packed_seq_params.cu_seqlens_q.tolist()
+            parts = [
+                F.scaled_dot_product_attention(
+                    q[a:b].transpose(0, 1),
+                    k[a:b].transpose(0, 1),
+                    v[a:b].transpose(0, 1),
+                    is_causal=causal,
+                    scale=self.softmax_scale,
+                ).transpose(0, 1)
+                for a, b in itertools.pairwise(bounds)
+            ]
+            return torch.cat(parts).reshape(q.shape[0], 1, -1)
+
+    return SegmentAttention
+
+
+def use_local_modules() -> None:
+    """Where megatron-bridge 0.6.2's Qwen3-VL hard-codes Transformer Engine, megatron-core's local modules:
+    the language layer spec (``qwen3_vl_provider.py:148``), the vision layer spec and the patch merger's
+    norm and linears (``modelling_qwen3_vl/model.py:19-23, 305-310``). And megatron-core's M-RoPE table is
+    made on ``torch.cuda.current_device()`` (``rotary_pos_embedding.py:305``): on a CPU that answers "cpu"."""
+    import megatron.bridge.models.qwen_vl.modelling_qwen3_vl.model as vl_model
+    import megatron.bridge.models.qwen_vl.qwen3_vl_provider as vl_provider
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.vision.vit_layer_specs import get_vit_layer_with_local_spec
+    from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    attention = segment_attention_class()
+
+    def language_spec(
+        num_experts: Any = None, moe_grouped_gemm: bool = False, qk_layernorm: bool = False, **_: Any
+    ) -> Any:
+        spec = get_gpt_layer_local_spec(
+            num_experts=num_experts,
+            moe_grouped_gemm=moe_grouped_gemm,
+            qk_layernorm=qk_layernorm,
+            normalization="RMSNorm",
+        )
+        spec.submodules.self_attention.submodules.core_attention = attention
+        return spec
+
+    def vision_spec() -> Any:
+        spec = get_vit_layer_with_local_spec()
+        spec.submodules.self_attention.submodules.core_attention = attention
+        return spec
+
+    vl_provider.get_gpt_layer_with_transformer_engine_spec = language_spec
+    vl_model.get_vit_layer_with_transformer_engine_spec = vision_spec
+    vl_model.TENorm = WrappedTorchNorm
+    vl_model.TEColumnParallelLinear = ColumnParallelLinear
+    vl_model.TERowParallelLinear = RowParallelLinear
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def load_model(model_dir: str) -> tuple[Any, Any]:
+    """The bridge and the checkpoint as megatron-bridge's Qwen3-VL model on the CPU (world size 1,
+    TP = PP = 1), in eval mode (no dropout; the gradient still flows)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    bridge_cls = import_bridge()
+    use_local_modules()
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(1, 1)
+    bridge = bridge_cls.from_hf_pretrained(model_dir)
+    provider = bridge.to_megatron_provider(load_weights=False)
+    provider.use_cpu_initialization = True
+    provider.params_dtype = torch.float32
+    provider.finalize()
+    model = provider.provide(pre_process=True, post_process=True)  # one stage: it embeds and projects
+    bridge.load_hf_weights([model])
+    return bridge, model.eval()
+
+
+def pack(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """The items end to end: tokens (1, T), their cu_seqlens, and the images in item order."""
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    lengths = [int(item["tokens"].numel()) for item in items]
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    pixels = [item["pixel_values"] for item in items if item.get("pixel_values") is not None]
+    grids = [item["image_grid_thw"] for item in items if item.get("image_grid_thw") is not None]
+    return {
+        "input_ids": torch.cat([item["tokens"].long() for item in items]).unsqueeze(0),
+        "packed_seq_params": PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=cu,
+            cu_seqlens_kv=cu,
+            max_seqlen_q=max(lengths),
+            max_seqlen_kv=max(lengths),
+        ),
+        "pixel_values": torch.cat(pixels) if pixels else None,
+        "image_grid_thw": torch.cat(grids).long() if grids else None,
+        "lengths": lengths,
+    }
+
+
+def packed_logprobs(model: Any, items: list[dict[str, Any]], temperature: float = 1.0) -> list[torch.Tensor]:
+    """Per item, the logprob of each of its tokens (0.0 at its first), from one packed forward pass."""
+    batch = pack(items)
+    ids = batch["input_ids"]
+    logits = model(
+        input_ids=ids,
+        position_ids=None,  # the model computes M-RoPE per packed sample from the tokens and grids
+        attention_mask=None,
+        packed_seq_params=batch["packed_seq_params"],
+        pixel_values=batch["pixel_values"],
+        image_grid_thw=batch["image_grid_thw"],
+    )
+    logits = logits.reshape(ids.shape[1], -1).float()  # (T, padded vocab)
+    out, start = [], 0
+    for length in batch["lengths"]:
+        rows = logits[start : start + length - 1] / temperature  # row i predicts token i + 1
+        targets = ids[0, start + 1 : start + length]
+        picked = torch.log_softmax(rows, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
+        out.append(torch.cat([picked.new_zeros(1), picked]))
+        start += length
+    return out
+
+
+def load_policy_loss() -> Any:
+    """The project's loss module from its file (it imports torch only), not a copy: one definition."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "consumers/trainer/loss.py"
+    spec = importlib.util.spec_from_file_location("cua_trainer_loss", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def hf_gradients(bridge: Any, model: Any) -> dict[str, torch.Tensor]:
+    """Each parameter's gradient under its Hugging Face name: the bridge's weight export, run with every
+    parameter's data swapped for its gradient (0 where it has none), then swapped back."""
+    params = list(model.parameters())
+    saved = [p.data for p in params]
+    try:
+        for p in params:
+            p.data = p.grad.detach() if p.grad is not None else torch.zeros_like(p.data)
+        return {
+            name: tensor.detach().clone()
+            for name, tensor in bridge.export_hf_weights([model], cpu=True, show_progress=False)
+        }
+    finally:
+        for p, data in zip(params, saved, strict=True):
+            p.data = data
+
+
+def loss_and_gradient(bridge: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The packed GRPO loss of the request's items and its gradient (no optimizer step)."""
+    import dataclasses
+
+    loss_module = load_policy_loss()
+    items = request["items"]
+    logprobs = torch.cat(packed_logprobs(model, items, float(request.get("temperature", 1.0))))
+
+    def per_token(key: str, dtype: torch.dtype) -> torch.Tensor:
+        return torch.cat([torch.as_tensor(item[key], dtype=dtype) for item in items])
+
+    def per_item(key: str, dtype: torch.dtype) -> torch.Tensor:
+        return torch.cat(
+            [torch.full((int(item["tokens"].numel()),), item[key], dtype=dtype) for item in items]
+        )
+
+    model.zero_grad(set_to_none=True)
+    loss, stats = loss_module.policy_loss(
+        logprobs,
+        per_token("rollout_logprobs", torch.float32),
+        per_item("advantage", torch.float32),
+        per_token("loss_mask", torch.uint8),
+        per_item("episode", torch.long),
+        loss_module.LossConfig(**request["loss"]),
+    )
+    loss.backward()
+    grads = [p.grad.detach().flatten() for p in model.parameters() if p.grad is not None]
+    return {
+        "loss": float(loss.detach()),
+        "stats": dataclasses.asdict(stats),
+        "grad_norm": float(torch.cat(grads).norm()),
+        "grads": hf_gradients(bridge, model),
+    }
+
+
+def main(argv: list[str]) -> int:
+    if argv == ["--check-imports"]:
+        import_bridge()
+        import megatron.bridge.models.qwen_vl.qwen3_vl_provider  # noqa: F401
+
+        return 0
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    model_dir, src, dst = argv
+    request = torch.load(src, weights_only=True)
+    bridge, model = load_model(model_dir)
+    with torch.no_grad():
+        out: dict[str, Any] = {
+            "logprobs": packed_logprobs(model, request["items"], float(request.get("temperature", 1.0)))
+        }
+    if "loss" in request:
+        out |= loss_and_gradient(bridge, model, request)
+    torch.save(out, dst)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

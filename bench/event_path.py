@@ -13,7 +13,8 @@ group's records. Two measures:
 - throughput: every group written at once (a backlog), episodes per second until the last group is ready;
 - latency: groups written at ``--rate`` groups/s; per group, the last outcome's send to the group ready.
 
-Without --bootstrap (or CUA_BOOTSTRAP_SERVERS) it starts a private local broker for the run.
+Without --bootstrap (or CUA_BOOTSTRAP_SERVERS) it starts a private local broker for the run. The process's
+startup heap is frozen first (``freeze_startup_heap``, as the daemons do once ready), for both paths.
 Goals: cua-stream / raw throughput >= 0.8; cua-stream p99 latency < 100 ms.
 """
 
@@ -61,6 +62,7 @@ from cua_stream.events import (
     TokenIds,
     TurnEvent,
 )
+from cua_stream.lifecycle import freeze_startup_heap
 from cua_stream.topics import OUTCOMES, SCORES, TURNS, TopicSpec, partition_of
 
 RUN = "bench"
@@ -310,6 +312,9 @@ async def main(
 ) -> None:
     groups = episodes(n_groups, group_size, turns)
     n = n_groups * group_size
+    # This process stands for the producer, the scorer and the trainer, each of which freezes its startup
+    # heap once ready (their ``serve``); both paths run in it, so both get the same collector.
+    freeze_startup_heap()
     print(
         f"{n_groups} groups x {group_size} episodes x {turns} turns ({n} episodes); latency at {rate:g} groups/s"
     )

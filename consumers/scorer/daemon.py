@@ -19,7 +19,7 @@ from consumers.scorer.transform import ScorerMetrics, ScoreTransform
 from cua_stream.bus.lag import ConsumerLag
 from cua_stream.bus.reader import scan
 from cua_stream.bus.transaction import TransactionalProcessor
-from cua_stream.lifecycle import Notify, stop_on_signal
+from cua_stream.lifecycle import Notify, freeze_startup_heap, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.topics import OUTCOMES, SCORES
 
@@ -98,5 +98,10 @@ async def serve(
     async with anyio.create_task_group() as tg:
         tg.start_soon(stop_on_signal, stop, "scorer")
         scorer = Scorer(config)
-        await scorer.run(stop=stop, task_status=Notify(lambda: on_ready(scorer.metrics_port)))
+
+        def ready() -> None:
+            freeze_startup_heap()
+            on_ready(scorer.metrics_port)
+
+        await scorer.run(stop=stop, task_status=Notify(ready))
         tg.cancel_scope.cancel()

@@ -61,7 +61,7 @@ from cua_stream.bus.producer import EventProducer
 from cua_stream.errors import ConfigError, EngineUnreachable, RecordError
 from cua_stream.events import Event, GroupDropped, TrainStep
 from cua_stream.identity import group_id_of, index_of
-from cua_stream.lifecycle import Notify, stop_on_signal
+from cua_stream.lifecycle import Notify, freeze_startup_heap, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.tasks.refs import task_ref
 from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
@@ -458,5 +458,11 @@ async def serve(
     async with anyio.create_task_group() as tg:
         tg.start_soon(stop_on_signal, stop, "trainer")
         trainer = Trainer(config, on_step=on_step)
-        await trainer.run(stop=stop, task_status=Notify(lambda: on_ready(trainer.metrics_port)))
+
+        def ready() -> None:
+            frozen = freeze_startup_heap()  # the model and torch loaded: out of the collector's way
+            log.debug("trainer ready; %d startup objects frozen", frozen)
+            on_ready(trainer.metrics_port)
+
+        await trainer.run(stop=stop, task_status=Notify(ready))
         tg.cancel_scope.cancel()

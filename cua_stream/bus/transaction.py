@@ -65,6 +65,27 @@ looks the coordinator up again, which put 100–200 ms on the p99 of outcome →
 (``bench/event_path.py``: p99 285 ms at 100, 108 ms at 10, 54 ms at 5, the same run's other settings)."""
 
 
+def shorten_first_add_backoff(backoff_ms: int = TXN_RETRY_BACKOFF_MS) -> None:
+    """Make aiokafka retry a transaction's first AddPartitionsToTxn after ``backoff_ms`` too.
+
+    A transaction begun right after the previous commit finds that commit's markers not yet written; the
+    broker answers its first AddPartitionsToTxn with CONCURRENT_TRANSACTIONS, and aiokafka retries it
+    after a fixed 20 ms (``aiokafka.producer.sender.BACKOFF_OVERRIDE``), whatever
+    ``retry_backoff_ms`` says. Back to back, as in any backlog, that is every transaction after the first,
+    often twice: ~40 ms asleep per batch of 200 outcomes (``bench/event_path.py``: 23 such retries in 11
+    back-to-back transactions). Only ever lowers the module's value (it is shared by every producer in the
+    process, and only shortens a retry wait); raises at once if an aiokafka upgrade moved it, rather than
+    silently losing the fix.
+    """
+    from aiokafka.producer import sender  # the module whose constant it is, not a public API
+
+    if not isinstance(getattr(sender, "BACKOFF_OVERRIDE", None), float | int):
+        raise RuntimeError(
+            "aiokafka.producer.sender.BACKOFF_OVERRIDE is gone: recheck the transactional backoff"
+        )
+    sender.BACKOFF_OVERRIDE = min(sender.BACKOFF_OVERRIDE, backoff_ms / 1000)
+
+
 class Transform(Protocol):
     """The pure part of a transactional stage, plus the hook that rebuilds its state."""
 
@@ -151,6 +172,7 @@ class TransactionalProcessor:
     ) -> None:
         """Process until cancelled, until ``stop`` is set (the batch in hand is committed first: the
         graceful way out), or until ``stop_after`` records were consumed; ready once assigned."""
+        shorten_first_add_backoff()
         self.producer = EventProducer(
             self.config,
             transactional_id=self.transactional_id,

@@ -32,13 +32,19 @@ UPDATE_TOLERANCE = 1e-2
 """The two runs' whole updates differ by this share of the torch one's norm at most. Adam's first steps
 move every weight by about ``lr`` whatever its gradient's size, so a gradient element near 0 whose sign the
 two forwards' rounding flips moves by ``lr`` one way or the other: the per-element bound is ``2 lr`` a step
-(checked too), the norm share small. Measured: see the test's printout (README)."""
+(checked too), the norm share small. Measured 9.3e-4 (worst element 1.8e-5 against a bound of 3.2e-4);
+the worker with the momentum reset skipped gives 1.46, with ``set_lr`` ignored 0.77, with the second
+pass's old logprobs its own instead of the first pass's 0.65."""
 
 
-LR = 1e-2
-"""Large enough that the first pass moves the logprobs past the clip: the second pass's ratio, against
-the first pass's logprobs, is clipped for some tokens (their gradient is 0), which it would not be against
-its own."""
+LR = 3e-5
+"""The first step's (two passes). Small enough that the second pass's gradient is the policy loss's, not
+the KL's: at 1e-3 the tiny random model moves so far in one update that the second pass's KL term
+(k3, exponential in the logprob drop) was 28 000 and its gradient norm 6e6, and the second pass's old
+logprobs (the first pass's, or wrongly its own) made no measurable difference to the weights (1e-7); at
+3e-5 that mistake moves them by 19 % of the update."""
+LATER_LR = 1e-4
+"""The KL-only step's, set as the daemon's warmup sets it."""
 
 
 def weights(out: Path) -> dict[str, torch.Tensor]:
@@ -49,7 +55,7 @@ def run(backend: TorchBackend | MegatronVLBackend, items: list[TrainItem], out: 
     """The steps; the saved weights in ``out``; the second pass's clip fraction, seconds the steps took."""
     started = time.monotonic()
     first = backend.step(items)  # two passes, TIS and KL
-    backend.set_lr(3e-3)
+    backend.set_lr(LATER_LR)
     backend.step([TrainItem(i.sample, 0.0, i.episode) for i in items])  # the KL only: momentum reset
     took = time.monotonic() - started
     backend.save(out)
@@ -75,7 +81,7 @@ def test_megatron_vl_steps_give_the_torch_backends_weights(
     want, got = weights(tmp_path / "torch"), weights(tmp_path / "megatron")
 
     assert set(want) <= set(got)
-    steps_lr = 2 * LR + 3e-3  # two passes at LR, one at 3e-3
+    steps_lr = 2 * LR + LATER_LR  # two passes at LR, one at LATER_LR
     worst, diff_sq, norm_sq = 0.0, 0.0, 0.0
     for name, after in want.items():
         moved = after - start[name]
@@ -88,5 +94,6 @@ def test_megatron_vl_steps_give_the_torch_backends_weights(
         f"update share {share:.3g}, worst element {worst:.3g}, clipped {torch_clipped:.3g} vs {megatron_clipped:.3g}, steps {torch_took:.1f}s vs {megatron_took:.1f}s"
     )
     assert norm_sq > 0  # the weights moved
+    assert torch_clipped > 0  # the second pass's ratio, against the first pass's logprobs, clipped some
     assert worst <= 2 * steps_lr
     assert share <= UPDATE_TOLERANCE

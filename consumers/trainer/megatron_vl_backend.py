@@ -23,6 +23,7 @@ import torch
 from consumers.trainer.grpo import carries_signal
 from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats
+from consumers.trainer.samples import Vocabulary
 from consumers.trainer.torch_backend import StepStats, TrainItem, loss_mask
 from cua_stream.blobs import BlobStore
 
@@ -84,7 +85,9 @@ class MegatronVLBackend:
         self.temperature = temperature
         self.loss_config = loss or LossConfig()
         self.processor = AutoProcessor.from_pretrained(model_path)
-        self.image_token_id = int(AutoConfig.from_pretrained(model_path).image_token_id)
+        model_config = AutoConfig.from_pretrained(model_path)
+        self.image_token_id = int(model_config.image_token_id)
+        self.vocab_size = int(model_config.text_config.vocab_size)
         self._tmp = tempfile.TemporaryDirectory(prefix="megatron-worker-")
         self._n = 0
         self._proc = subprocess.Popen(
@@ -137,6 +140,14 @@ class MegatronVLBackend:
                 }
             )
         return out
+
+    def vocabulary(self) -> Vocabulary:
+        """As ``TorchBackend.vocabulary``: what a sample must agree with to go through this model."""
+        return Vocabulary(
+            size=self.vocab_size,
+            image_token_id=self.image_token_id,
+            merge_size=int(self.processor.image_processor.merge_size),
+        )
 
     def set_lr(self, lr: float) -> None:
         self._request({"op": "set_lr", "lr": lr})

@@ -74,6 +74,7 @@ def test_megatron_vl_steps_give_the_torch_backends_weights(
     )
     megatron = MegatronVLBackend(tiny_model_dir, blobs, python=megatron_python, **settings)
     try:
+        assert megatron.vocabulary() == TorchBackend(tiny_model_dir, blobs).vocabulary()
         megatron_clipped, megatron_took = run(megatron, items, tmp_path / "megatron")
     finally:
         megatron.close()

@@ -4,6 +4,7 @@ cua_stream's (megatron-bridge pins a transformers that cua-stream's venv cannot 
 
     python megatron_vl_worker.py MODEL_DIR IN.pt OUT.pt
     python megatron_vl_worker.py --check-imports
+    python megatron_vl_worker.py --serve      (persistent: see ``serve``; the model and AdamW live across steps)
 
 ``MODEL_DIR``: a Hugging Face Qwen3-VL checkpoint, converted by megatron-bridge's ``AutoBridge`` (its
 Qwen3-VL provider and weight mappings). ``IN.pt`` (``torch.save``): ``{"temperature": float, "items":
@@ -276,13 +277,15 @@ def hf_gradients(bridge: Any, model: Any) -> dict[str, torch.Tensor]:
             p.data = data
 
 
-def loss_and_gradient(bridge: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
-    """The packed GRPO loss of the request's items and its gradient (no optimizer step)."""
-    import dataclasses
-
-    loss_module = load_policy_loss()
-    items = request["items"]
-    logprobs = torch.cat(packed_logprobs(model, items, float(request.get("temperature", 1.0))))
+def packed_loss(
+    loss_module: Any,
+    logprobs: torch.Tensor,
+    items: list[dict[str, Any]],
+    config: Any,
+    reference: torch.Tensor | None = None,
+    old: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any]:
+    """The project's ``policy_loss`` over the items' packed logprobs (their per-token inputs packed alike)."""
 
     def per_token(key: str, dtype: torch.dtype) -> torch.Tensor:
         return torch.cat([torch.as_tensor(item[key], dtype=dtype) for item in items])
@@ -292,15 +295,27 @@ def loss_and_gradient(bridge: Any, model: Any, request: dict[str, Any]) -> dict[
             [torch.full((int(item["tokens"].numel()),), item[key], dtype=dtype) for item in items]
         )
 
-    model.zero_grad(set_to_none=True)
-    loss, stats = loss_module.policy_loss(
+    return loss_module.policy_loss(
         logprobs,
         per_token("rollout_logprobs", torch.float32),
         per_item("advantage", torch.float32),
         per_token("loss_mask", torch.uint8),
         per_item("episode", torch.long),
-        loss_module.LossConfig(**request["loss"]),
+        config,
+        reference,
+        old,
     )
+
+
+def loss_and_gradient(bridge: Any, model: Any, request: dict[str, Any]) -> dict[str, Any]:
+    """The packed GRPO loss of the request's items and its gradient (no optimizer step)."""
+    import dataclasses
+
+    loss_module = load_policy_loss()
+    items = request["items"]
+    logprobs = torch.cat(packed_logprobs(model, items, float(request.get("temperature", 1.0))))
+    model.zero_grad(set_to_none=True)
+    loss, stats = packed_loss(loss_module, logprobs, items, loss_module.LossConfig(**request["loss"]))
     loss.backward()
     grads = [p.grad.detach().flatten() for p in model.parameters() if p.grad is not None]
     return {
@@ -311,7 +326,159 @@ def loss_and_gradient(bridge: Any, model: Any, request: dict[str, Any]) -> dict[
     }
 
 
+class Trainer:
+    """The persistent worker's state: the model, its AdamW and the step semantics of cua-stream's torch
+    backend (``consumers/trainer/torch_backend.py``), over megatron's parameters. AdamW and the global-norm
+    clip are element-wise and norm-wise, so megatron's fused QKV and gate/up hold the same numbers and get
+    the same update as the Hugging Face weights they export to. Whether a step carries a reward signal
+    (``grpo.carries_signal``) is decided by the caller, which can import cua_stream: ``rewarded``."""
+
+    def __init__(self, init: dict[str, Any]) -> None:
+        self.loss_module = load_policy_loss()
+        self.config = self.loss_module.LossConfig(**init.get("loss", {}))
+        self.temperature = float(init.get("temperature", 1.0))
+        self.max_grad_norm = float(init.get("max_grad_norm", 1.0))
+        self.passes = int(init.get("passes", 1))
+        self.model_dir = str(init["model_dir"])
+        self.bridge, self.model = load_model(str(init.get("weights") or self.model_dir))
+        self.reference = None
+        if self.config.kl_coef:  # the run's start, frozen, whatever checkpoint ``weights`` resumes
+            _, self.reference = load_model(self.model_dir)
+            self.reference.requires_grad_(False)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=float(init.get("lr", 1e-5)))
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def step(self, items: list[dict[str, Any]], rewarded: bool) -> dict[str, Any]:
+        """``passes`` updates over ``items``, the old logprobs of every pass after the first being the
+        first's (the ratio clip and TIS bound the drift); none past the first when nothing carries a signal.
+        The statistics are the first pass's, with the last pass's clip fraction."""
+        reference = None
+        if self.reference is not None:
+            with torch.no_grad():
+                reference = torch.cat(packed_logprobs(self.reference, items, self.temperature))
+        first, old = self.update(items, rewarded, reference, None)
+        last = first
+        if not (rewarded or self.reference is not None):
+            return first
+        for _ in range(self.passes - 1):
+            last, _ = self.update(items, rewarded, reference, old)
+        first["stats"]["clip_fraction"] = last["stats"]["clip_fraction"]
+        return first
+
+    def update(
+        self,
+        items: list[dict[str, Any]],
+        rewarded: bool,
+        reference: torch.Tensor | None,
+        old: torch.Tensor | None,
+    ) -> tuple[dict[str, Any], torch.Tensor]:
+        import dataclasses
+
+        self.optimizer.zero_grad(set_to_none=True)
+        signal = rewarded or self.reference is not None  # with a KL its anchor is a signal too
+        with torch.set_grad_enabled(signal):
+            logprobs = torch.cat(packed_logprobs(self.model, items, self.temperature))
+            loss, stats = packed_loss(self.loss_module, logprobs, items, self.config, reference, old)
+        out: dict[str, Any] = {"stats": dataclasses.asdict(stats), "grad_norm": 0.0}
+        if signal:
+            loss.backward()
+            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+            if not rewarded:
+                self.forget_momentum()
+            self.optimizer.step()
+        return out, logprobs.detach()
+
+    def forget_momentum(self) -> None:
+        """As the torch backend's: a step whose only gradient is the KL's follows it, not the last
+        rewarded update's momentum (see ``TorchBackend._forget_momentum`` for the measurement)."""
+        for state in self.optimizer.state.values():
+            if "exp_avg" in state:
+                state["exp_avg"].zero_()
+
+    def save(self, out_dir: str, processor: bool) -> str:
+        """The weights under their Hugging Face names (megatron-bridge's export) as ``model.safetensors``,
+        with the checkpoint's config (and, with ``processor``, its tokenizer and image processor files):
+        a directory the engine loads as it loads the torch backend's."""
+        import shutil
+        from pathlib import Path
+
+        from safetensors.torch import save_file
+
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        weights = {
+            name: tensor.detach().to(torch.float32).contiguous().clone()
+            for name, tensor in self.bridge.export_hf_weights([self.model], cpu=True, show_progress=False)
+        }
+        save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})
+        for src in Path(self.model_dir).iterdir():
+            weights_file = src.suffix in (".safetensors", ".bin") or src.name.endswith(".index.json")
+            keep = src.name in ("config.json", "generation_config.json") or processor
+            if src.is_file() and keep and not weights_file:
+                shutil.copyfile(src, out / src.name)
+        return str(out)
+
+    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        op = request["op"]
+        if op == "set_lr":
+            self.set_lr(float(request["lr"]))
+            return {}
+        if op == "step":
+            return self.step(request["items"], bool(request["rewarded"]))
+        if op == "save":
+            return {"dir": self.save(str(request["dir"]), bool(request.get("processor", False)))}
+        if op == "logprobs":
+            with torch.no_grad():
+                return {"logprobs": packed_logprobs(self.model, request["items"], self.temperature)}
+        if op == "optimizer_state":
+            return {"state": self.optimizer.state_dict()}
+        if op == "load_optimizer_state":
+            self.optimizer.load_state_dict(request["state"])
+            return {}
+        raise ValueError(f"unknown op {op!r}")
+
+
+DONE = "megatron-worker-done"
+FAILED = "megatron-worker-failed"
+
+
+def serve(stdin: Any, stdout: Any) -> int:
+    """One request per stdin line, ``IN.pt OUT.pt``: ``IN.pt`` a ``torch.save``d dict with ``"op"`` (the
+    first ``"init"``), the answer ``torch.save``d to ``OUT.pt``, then one stdout line ``DONE OUT.pt`` (or
+    ``FAILED message``: the worker stays up). The model and its optimizer live across requests. Other
+    stdout lines (megatron's prints) are not answers: the caller skips them. EOF ends it."""
+    import traceback
+
+    trainer: Trainer | None = None
+    for line in stdin:
+        if not line.strip():
+            continue
+        src, dst = line.split()
+        try:
+            request = torch.load(src, weights_only=False)
+            if request["op"] == "init":
+                trainer = Trainer(request)
+                answer: dict[str, Any] = {}
+            elif trainer is None:
+                raise RuntimeError("the first request must be init")
+            else:
+                answer = trainer.handle(request)
+            torch.save(answer, dst)
+            print(f"{DONE} {dst}", file=stdout, flush=True)
+        except Exception as error:  # the caller gets it on its line; the traceback goes to stderr
+            traceback.print_exc()
+            message = f"{type(error).__name__}: {error}".replace("\n", " ")
+            print(f"{FAILED} {message}", file=stdout, flush=True)
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if argv == ["--serve"]:
+        return serve(sys.stdin, sys.stdout)
     if argv == ["--check-imports"]:
         import_bridge()
         import megatron.bridge.models.qwen_vl.qwen3_vl_provider  # noqa: F401

@@ -67,6 +67,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     min_p: float = 0.0
     """Drop tokens less likely than ``min_p`` times the likeliest (SGLang's ``min_p``; 0: off), like
     ``top_k``."""
+    backend: Literal["torch", "megatron"] = "torch"
+    """What trains: ``torch`` (Hugging Face transformers in this process) or ``megatron``
+    (megatron-bridge's Qwen3-VL in a worker process of its own venv, ``scripts/megatron-env.sh``; the
+    same step: consumers/trainer/megatron_vl_backend.py). A checkpoint's optimizer state resumes the
+    backend that wrote it only."""
     lr: float = 1e-5
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;

@@ -46,6 +46,7 @@ from consumers.trainer.grpo import (
 )
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
+from consumers.trainer.megatron_vl_backend import MegatronVLBackend
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.rerun import recorded_batches
 from consumers.trainer.schedule import warmup_lr
@@ -119,13 +120,14 @@ class Trainer:
 
     # -- start ----------------------------------------------------------------------------------------
 
-    def _load(self) -> tuple[ckpt.Checkpoint, TorchBackend]:
+    def _load(self) -> tuple[ckpt.Checkpoint, TorchBackend | MegatronVLBackend]:
         saved = ckpt.load(self.dir) or ckpt.Checkpoint(run_id=self.config.run_id)
         if saved.run_id != self.config.run_id:
             raise ConfigError(
                 f"trainer.checkpoint_dir {self.dir} holds run {saved.run_id!r}, not {self.config.run_id!r}"
             )
-        backend = TorchBackend(
+        make = MegatronVLBackend if self.config.backend == "megatron" else TorchBackend
+        backend = make(
             self.config.model_path,
             open_blob_store(self.config.blobs),
             temperature=self.config.temperature,

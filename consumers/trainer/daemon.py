@@ -157,6 +157,15 @@ class Trainer:
             )
         saved, backend = await anyio.to_thread.run_sync(self._load)
         self.backend = backend
+        try:
+            await self._run(saved, stop, task_status)
+        finally:  # the megatron backend's worker is a process of its own: ended even when cancelled
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(backend.close)
+
+    async def _run(
+        self, saved: ckpt.Checkpoint, stop: anyio.Event, task_status: TaskStatus[int | None]
+    ) -> None:
         st = self.state
         st.version, st.step, st.weights = saved.version, saved.step, saved.weights
         async with anyio.create_task_group() as tg:

@@ -169,6 +169,10 @@ class MegatronVLBackend:
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         self._request({"op": "load_optimizer_state", "state": state})
 
+    def running(self) -> bool:
+        """Whether the worker process is still up (``close`` ends it)."""
+        return self._proc.poll() is None
+
     def close(self) -> None:
         if self._proc.poll() is None:
             assert self._proc.stdin is not None

@@ -226,6 +226,9 @@ class TorchBackend:
     def _sft_loss(self, samples: Sequence[Sample]) -> tuple[torch.Tensor, int]:
         return sft_loss([self.token_logprobs(s) for s in samples], [loss_mask(s) for s in samples])
 
+    def close(self) -> None:
+        """Nothing to release: the model lives in this process (the megatron backend's does not)."""
+
     def save(self, out_dir: str | Path, *, processor: bool = False) -> Path:
         """The weights (and config) where the engine can load them; with ``processor``, a whole model
         directory (tokenizer, chat template, image processor too) an engine can start from."""

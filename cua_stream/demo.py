@@ -34,6 +34,8 @@ class DemoPlan:
     concurrency: int = 2
     max_new_tokens: int = 8
     """A random policy's reply often runs past a few tokens: those episodes end at the token cap."""
+    trainer_backend: str = "torch"
+    """``trainer.backend``: ``torch``, or ``megatron`` (megatron-bridge's Qwen3-VL in its own venv)."""
 
 
 def tiny_model_dir() -> Path:
@@ -63,6 +65,7 @@ def demo_settings(plan: DemoPlan) -> dict[str, dict[str, Any]]:
             "temperature": TEMPERATURE,
             "max_new_tokens": plan.max_new_tokens,
             "lr": 1e-4,
+            "backend": plan.trainer_backend,
         },
     }
 

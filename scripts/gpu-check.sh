@@ -10,7 +10,9 @@
 #                                         # SGLang's own argument parser
 #
 # It stops at the first failure with one line saying what (and the log to read); exit 1.
-# The trainer is the torch backend: the Megatron backend is not a selectable trainer backend yet (N item 2).
+# The trainer is megatron-bridge's Qwen3-VL (trainer.backend = megatron, its own venv: scripts/megatron-env.sh),
+# in its worker's CPU path (no Transformer Engine, gloo): the gap it prints is Megatron against SGLang.
+# CUA_GPU_CHECK_TRAINER=torch trains with the torch backend instead.
 #
 # Environment: CUA_GPU_CHECK_HOME (state, logs, report; default a new temp dir), CUA_GPU_CHECK_PORT (SGLang's
 # port, default 30000), CUA_SGLANG_ARGS (extra launch_server flags), CUA_GPU_CHECK_MAX_GAP (default 0.02).
@@ -79,6 +81,13 @@ else
   sglang_py=$(bash scripts/sglang-env.sh --full 2>"$home/logs/sglang-env.log") || fail "3/7 SGLang's environment (see $home/logs/sglang-env.log)"
 fi
 sglang_py=$(echo "$sglang_py" | tail -n 1)
+trainer=${CUA_GPU_CHECK_TRAINER:-megatron}
+if [ "$trainer" = megatron ]; then  # megatron-bridge pins its own transformers: a venv of its own too
+  say "3/7 megatron-bridge's environment (first time: ~3 minutes, ~6 GB)"
+  CUA_MEGATRON_PYTHON=$(bash scripts/megatron-env.sh 2>"$home/logs/megatron-env.log" | tail -n 1) \
+    || fail "3/7 megatron-bridge's environment (see $home/logs/megatron-env.log)"
+  export CUA_MEGATRON_PYTHON
+fi
 
 # 4. the tiny Qwen3-VL (random weights, the real vocabulary; no hub)
 model=$(.venv/bin/python -c 'from cua_stream.demo import tiny_model_dir; print(tiny_model_dir())' 2>"$home/logs/model.log") \
@@ -108,8 +117,9 @@ else
 fi
 
 # 6. the loop: broker, topics, gateway, producer (scripted environment), scorer, trainer; 3 GRPO steps
-say "6/7 the loop: 3 GRPO steps against http://127.0.0.1:$port (logs in $home)"
+say "6/7 the loop: 3 GRPO steps ($trainer trainer) against http://127.0.0.1:$port (logs in $home)"
 timeout 600 .venv/bin/cua-stream demo --environment scripted --steps 3 --engine-url "http://127.0.0.1:$port" \
+  --trainer-backend "$trainer" \
   --gateway-port $((port + 1)) --report "$home/report.json" --no-keep-broker >"$home/logs/demo.log" 2>&1 \
   || fail "6/7 the loop (see $home/logs/demo.log)"
 

@@ -66,15 +66,25 @@ def demo(
             help="Also write the run's numbers here as JSON: each step's metrics, episodes per minute."
         ),
     ] = None,
+    trainer_backend: Annotated[
+        str,
+        typer.Option(
+            help="trainer.backend: torch, or megatron (megatron-bridge's Qwen3-VL in its own venv, "
+            "scripts/megatron-env.sh; the CPU path)."
+        ),
+    ] = "torch",
     config: ConfigFile = None,
 ) -> None:
     """The whole loop on one machine: broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer
-    (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch,
+    (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch or megatron,
     new weights loaded on the engine each step) and a live tap; every event prints as it lands."""
     from cua_stream.demo import DemoPlan, demo_settings, tiny_model_dir
     from producers.config import producer_config
 
-    plan = DemoPlan(steps=steps, group_size=group_size, turns=turns, concurrency=concurrency)
+    if trainer_backend not in ("torch", "megatron"):  # before anything starts
+        raise typer.BadParameter(f"{trainer_backend!r}: torch or megatron", param_hint="--trainer-backend")
+    plan = DemoPlan(steps=steps, group_size=group_size, turns=turns, concurrency=concurrency,
+                    trainer_backend=trainer_backend)  # fmt: skip
     file_data = load_file(config)
     trials = state_dir() / "demo-trials"
     producer_overrides = {

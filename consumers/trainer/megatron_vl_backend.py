@@ -11,7 +11,6 @@ the same processor as the torch backend) and decides ``grpo.carries_signal``, th
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from consumers.trainer.loss import LossConfig, LossStats
 from consumers.trainer.samples import Vocabulary
 from consumers.trainer.torch_backend import StepStats, TrainItem, loss_mask
 from cua_stream.blobs import BlobStore
+from cua_stream.config import child_env, environ
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "scripts/megatron_vl_worker.py"
@@ -40,7 +40,7 @@ class WorkerError(RuntimeError):
 def megatron_python() -> str:
     """megatron-bridge's python: ``CUA_MEGATRON_PYTHON``, else what ``scripts/megatron-env.sh`` prints (it
     makes the venv the first time)."""
-    given = os.environ.get("CUA_MEGATRON_PYTHON")
+    given = environ().get("CUA_MEGATRON_PYTHON")
     if given:
         return given
     done = subprocess.run(["bash", str(ROOT / "scripts/megatron-env.sh")], capture_output=True, text=True)
@@ -95,7 +95,7 @@ class MegatronVLBackend:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            env={**os.environ, "PYTHONPATH": ""},  # the worker sees its own venv only
+            env=child_env(PYTHONPATH=""),  # the worker sees its own venv only
         )
         self._request(
             {

@@ -62,6 +62,27 @@ def read_answer(stdout: IO[str]) -> str:
     raise WorkerError("the megatron worker exited (its stderr says why)")
 
 
+def worker_items(items: Sequence[TrainItem], blobs: BlobStore, image_processor: Any) -> list[dict[str, Any]]:
+    """``items`` as the worker takes them: tokens, images through the torch backend's processor path,
+    rollout logprobs, loss mask, advantage and episode per sample."""
+    out = []
+    for item in items:
+        sample = item.sample
+        pixels, grid = pixel_inputs(sample.images, blobs, image_processor)
+        out.append(
+            {
+                "tokens": torch.tensor(list(sample.tokens)),
+                "pixel_values": pixels,
+                "image_grid_thw": grid,
+                "rollout_logprobs": torch.tensor(list(sample.rollout_logprobs), dtype=torch.float32),
+                "loss_mask": loss_mask(sample),
+                "advantage": item.advantage,
+                "episode": item.episode,
+            }
+        )
+    return out
+
+
 class MegatronVLBackend:
     def __init__(
         self,
@@ -123,24 +144,6 @@ class MegatronVLBackend:
         Path(dst).unlink()
         return answer
 
-    def _items(self, items: Sequence[TrainItem]) -> list[dict[str, Any]]:
-        out = []
-        for item in items:
-            sample = item.sample
-            pixels, grid = pixel_inputs(sample.images, self.blobs, self.processor.image_processor)
-            out.append(
-                {
-                    "tokens": torch.tensor(list(sample.tokens)),
-                    "pixel_values": pixels,
-                    "image_grid_thw": grid,
-                    "rollout_logprobs": torch.tensor(list(sample.rollout_logprobs), dtype=torch.float32),
-                    "loss_mask": loss_mask(sample),
-                    "advantage": item.advantage,
-                    "episode": item.episode,
-                }
-            )
-        return out
-
     def vocabulary(self) -> Vocabulary:
         """As ``TorchBackend.vocabulary``: what a sample must agree with to go through this model."""
         return Vocabulary(
@@ -155,7 +158,10 @@ class MegatronVLBackend:
     def step(self, items: Sequence[TrainItem]) -> StepStats:
         """As ``TorchBackend.step``, in the worker: ``passes`` updates, none when nothing carries a signal."""
         rewarded = carries_signal(item.advantage for item in items)
-        answer = self._request({"op": "step", "items": self._items(items), "rewarded": rewarded})
+        answer = self._request(
+            {"op": "step", "items": worker_items(items, self.blobs, self.processor.image_processor),
+             "rewarded": rewarded}
+        )  # fmt: skip
         return StepStats.of(items, LossStats(**answer["stats"]), answer["grad_norm"])
 
     def save(self, out_dir: str | Path, *, processor: bool = False) -> Path:

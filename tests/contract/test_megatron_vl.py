@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, policy_loss
+from consumers.trainer.megatron_vl_backend import WorkerError, worker_items
+from consumers.trainer.megatron_vl_backend import megatron_python as backend_python
 from consumers.trainer.samples import Sample, assemble
 from consumers.trainer.torch_backend import TorchBackend, TrainItem, loss_mask
 from cua_stream.blobs import LocalBlobStore
@@ -49,16 +50,10 @@ the vision tower's deepstack merger)."""
 @pytest.fixture(scope="module")
 def megatron_python() -> str:
     """megatron-bridge's venv (CUA_MEGATRON_PYTHON if given); made here otherwise."""
-    given = os.environ.get("CUA_MEGATRON_PYTHON")
-    if given:
-        return given
-    done = subprocess.run(
-        ["bash", str(ROOT / "scripts/megatron-env.sh")], capture_output=True, text=True, timeout=1500
-    )
-    if done.returncode != 0:
-        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        pytest.fail(f"megatron-bridge's venv could not be made ({why}): run bash scripts/megatron-env.sh")
-    return done.stdout.strip().splitlines()[-1]
+    try:
+        return backend_python()
+    except WorkerError as e:
+        pytest.fail(str(e))
 
 
 def run_worker(
@@ -70,21 +65,7 @@ def run_worker(
     loss: LossConfig | None = None,
 ) -> dict[str, Any]:
     """The worker's answer for ``items`` packed (with ``loss``: its loss and gradient too)."""
-    batch = []
-    for item in items:
-        sample = item.sample
-        pixels, grid = pixel_inputs(sample.images, backend.blobs, backend.processor.image_processor)
-        batch.append(
-            {
-                "tokens": torch.tensor(list(sample.tokens)),
-                "pixel_values": pixels,
-                "image_grid_thw": grid,
-                "rollout_logprobs": torch.tensor(list(sample.rollout_logprobs), dtype=torch.float32),
-                "loss_mask": loss_mask(sample),
-                "advantage": item.advantage,
-                "episode": item.episode,
-            }
-        )
+    batch = worker_items(items, backend.blobs, backend.processor.image_processor)
     request: dict[str, Any] = {"temperature": backend.temperature, "items": batch}
     if loss is not None:
         request |= {"loss": dataclasses.asdict(loss)}

@@ -2,7 +2,7 @@
 (``scripts/megatron-env.sh``), never in cua-stream's: torch, transformers and megatron only, nothing of
 cua_stream's (megatron-bridge pins a transformers that cua-stream's venv cannot hold).
 
-    python megatron_vl_worker.py MODEL_DIR IN.pt OUT.pt
+    python megatron_vl_worker.py MODEL_DIR IN.pt OUT.pt [IN2.pt OUT2.pt ...]
     python megatron_vl_worker.py --check-imports
     python megatron_vl_worker.py --serve      (persistent: see ``serve``; the model and AdamW live across steps)
 
@@ -357,19 +357,20 @@ def main(argv: list[str]) -> int:
         import megatron.bridge.models.qwen_vl.qwen3_vl_provider  # noqa: F401
 
         return 0
-    if len(argv) != 3:
+    if len(argv) < 3 or len(argv) % 2 == 0:
         print(__doc__, file=sys.stderr)
         return 2
-    model_dir, src, dst = argv
-    request = torch.load(src, weights_only=True)
-    bridge, model = load_model(model_dir)
-    with torch.no_grad():
-        out: dict[str, Any] = {
-            "logprobs": packed_logprobs(model, request["items"], float(request.get("temperature", 1.0)))
-        }
-    if "loss" in request:
-        out |= loss_and_gradient(bridge, model, request)
-    torch.save(out, dst)
+    model_dir, pairs = argv[0], argv[1:]
+    bridge, model = load_model(model_dir)  # once for every request: building it is most of a request's time
+    for src, dst in zip(pairs[::2], pairs[1::2], strict=True):
+        request = torch.load(src, weights_only=True)
+        with torch.no_grad():
+            out: dict[str, Any] = {
+                "logprobs": packed_logprobs(model, request["items"], float(request.get("temperature", 1.0)))
+            }
+        if "loss" in request:
+            out |= loss_and_gradient(bridge, model, request)  # zeroes the gradients first
+        torch.save(out, dst)
     return 0
 
 

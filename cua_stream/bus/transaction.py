@@ -190,9 +190,13 @@ class TransactionalProcessor:
                 while (stop_after is None or self.stats.consumed < stop_after) and not (
                     stop is not None and stop.is_set()
                 ):
-                    polled = await self.consumer.getmany(timeout_ms=500)  # step 1
+                    # step 1; short polls until ready: the assignment arrives while a poll waits
+                    polled = await self.consumer.getmany(timeout_ms=500 if started else 50)
                     try:
                         if await self._restore_if_reassigned():
+                            if not started:  # ready now, not after the next poll's wait
+                                task_status.started()
+                                started = True
                             continue  # what was polled is fetched again from the committed offsets
                     except Exception as e:
                         aborts_in_a_row += 1
@@ -282,11 +286,17 @@ class TransactionalProcessor:
     async def _rewind(self) -> None:
         self._restored_for = None  # until restore succeeds, the next poll restores again
         assignment = frozenset(self.consumer.assignment())
+        never_committed = []
         for tp in assignment:
             committed = await self.consumer.committed(tp)
             if committed is None:
-                await self.consumer.seek_to_beginning(tp)
+                never_committed.append(tp)
             else:
                 self.consumer.seek(tp, committed)
+        if never_committed:
+            # Their first offsets asked directly, then a plain seek: ``seek_to_beginning`` would wait for the
+            # fetcher's long poll (up to 500 ms) to end, per call.
+            for tp, first in (await self.consumer.beginning_offsets(never_committed)).items():
+                self.consumer.seek(tp, first)
         await self.transform.restore(frozenset(tp.partition for tp in assignment))
         self._restored_for = assignment

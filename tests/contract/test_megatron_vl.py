@@ -56,30 +56,45 @@ def megatron_python() -> str:
         pytest.fail(str(e))
 
 
-def run_worker(
-    python: str,
-    model_dir: Path,
-    items: list[TrainItem],
-    backend: TorchBackend,
-    tmp: Path,
-    loss: LossConfig | None = None,
-) -> dict[str, Any]:
-    """The worker's answer for ``items`` packed (with ``loss``: its loss and gradient too)."""
+CONFIGS = {"clip": LossConfig(), "tis-token": LossConfig(tis_clip=2.0, reduction="token")}
+
+
+@dataclasses.dataclass
+class Answers:
+    """The worker's answers for one set of items: ``"logprobs"`` (no loss) and one per ``CONFIGS`` key."""
+
+    items: list[TrainItem]
+    blobs: LocalBlobStore
+    by_request: dict[str, dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def answers(megatron_python: str, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Answers:
+    """Every request of this file in one worker process (it builds the model once: most of a request's
+    time), each answer as it would be alone (the worker zeroes the gradients before each loss)."""
+    tmp = tmp_path_factory.mktemp("megatron-vl")
+    blobs = LocalBlobStore(tmp / "blobs")
+    items = step_items(tiny_model_dir, blobs)
+    backend = TorchBackend(tiny_model_dir, blobs)
     batch = worker_items(items, backend.blobs, backend.processor.image_processor)
-    request: dict[str, Any] = {"temperature": backend.temperature, "items": batch}
-    if loss is not None:
-        request |= {"loss": dataclasses.asdict(loss)}
-    torch.save(request, tmp / "in.pt")
+    requests: dict[str, dict[str, Any]] = {"logprobs": {"temperature": backend.temperature, "items": batch}}
+    for name, config in CONFIGS.items():
+        requests[name] = requests["logprobs"] | {"loss": dataclasses.asdict(config)}
+    pairs: list[str] = []
+    for name, request in requests.items():
+        torch.save(request, tmp / f"{name}.in.pt")
+        pairs += [str(tmp / f"{name}.in.pt"), str(tmp / f"{name}.out.pt")]
     env = {**os.environ, "PYTHONPATH": ""}  # the worker sees its own venv only
     done = subprocess.run(
-        [python, str(WORKER), str(model_dir), str(tmp / "in.pt"), str(tmp / "out.pt")],
+        [megatron_python, str(WORKER), str(tiny_model_dir), *pairs],
         capture_output=True,
         text=True,
         timeout=600,
         env=env,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    return torch.load(tmp / "out.pt", weights_only=True)
+    got = {name: torch.load(tmp / f"{name}.out.pt", weights_only=True) for name in requests}
+    return Answers(items, blobs, got)
 
 
 def trained(sample: Sample) -> torch.Tensor:
@@ -101,13 +116,11 @@ def step_items(model_dir: Path, blobs: LocalBlobStore) -> list[TrainItem]:
 
 
 def test_megatron_bridge_qwen3_vl_packed_logprobs_equal_the_torch_backend(
-    megatron_python: str, tiny_model_dir: Path, tmp_path: Path
+    answers: Answers, tiny_model_dir: Path
 ) -> None:
-    blobs = LocalBlobStore(tmp_path / "blobs")
-    items = step_items(tiny_model_dir, blobs)
-    samples = [item.sample for item in items]
-    backend = TorchBackend(tiny_model_dir, blobs)
-    got = run_worker(megatron_python, tiny_model_dir, items, backend, tmp_path)["logprobs"]
+    samples = [item.sample for item in answers.items]
+    backend = TorchBackend(tiny_model_dir, answers.blobs)
+    got = answers.by_request["logprobs"]["logprobs"]
 
     assert [len(g) for g in got] == [len(s.tokens) for s in samples]
     for sample, logp in zip(samples, got, strict=True):
@@ -119,20 +132,17 @@ def test_megatron_bridge_qwen3_vl_packed_logprobs_equal_the_torch_backend(
         assert logp[mask].tolist() == pytest.approx(want[mask].tolist(), abs=TOLERANCE)
 
 
-@pytest.mark.parametrize(
-    "config", [LossConfig(), LossConfig(tis_clip=2.0, reduction="token")], ids=["clip", "tis-token"]
-)
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_megatron_bridge_qwen3_vl_loss_and_gradient_equal_the_torch_backend(
-    config: LossConfig, megatron_python: str, tiny_model_dir: Path, tmp_path: Path
+    name: str, answers: Answers, tiny_model_dir: Path
 ) -> None:
     """The step's loss (PPO clip and the episode mean; TIS and the token mean), its statistics, the
     gradient's norm, and the gradient of every checkpoint weight, vision tower included, element for
     element: megatron's gradients come back under their Hugging Face names through megatron-bridge's own
     weight export (its fused QKV and gate/up split as the weights are)."""
-    blobs = LocalBlobStore(tmp_path / "blobs")
-    items = step_items(tiny_model_dir, blobs)
-    backend = TorchBackend(tiny_model_dir, blobs, loss=config, max_grad_norm=1e9)
-    got = run_worker(megatron_python, tiny_model_dir, items, backend, tmp_path, loss=config)
+    config, items = CONFIGS[name], answers.items
+    backend = TorchBackend(tiny_model_dir, answers.blobs, loss=config, max_grad_norm=1e9)
+    got = answers.by_request[name]
 
     want, _ = backend.measure(items)
     # the text samples' rollout logprobs are 0: ratios far from 1 (clipped), TIS weights far from 1

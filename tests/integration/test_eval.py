@@ -185,24 +185,22 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     anyio.run(published_versions, bus, v1)
     run = follow(until=1)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "versions already evaluated" not in run.stdout and run.stdout.count("Results published") == 1
     anyio.run(published_versions, bus, v2)
-    run = follow(until=2)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "versions already evaluated by eval-train-f: v1" in run.stdout, run.stdout
 
-    # started again, following up to v4 (v1, v2 done: nothing to evaluate yet), with its metrics page, read
-    # over HTTP while it waits; v3 is published, evaluated, and its lag is on the page; v4 ends it
+    # started again, following up to v4 (v1 done: v2 is evaluated, then it waits), with its metrics page,
+    # read over HTTP while it waits; v3 is published, evaluated, and its lag is on the page; v4 ends it
     port = free_port()
     command = [sys.executable, "-m", "cua_stream", *follow_args(4), "--metrics-port", str(port)]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     ) as again:
         try:
-            waiting = page_when(port, 'cua_eval_published_version{of_run="train-f"} 2', again)
+            waiting = page_when(port, 'cua_eval_evaluated_version{of_run="train-f"} 2', again)
             v3, v4 = (PolicyVersion(run_id="train-f", version=v, weights_path=weights, step=v,
                                     published_at=time.time()) for v in (3, 4))  # fmt: skip
             anyio.run(published_versions, bus, v3)
-            page = page_when(port, 'cua_eval_versions_total{of_run="train-f"} 1', again)
+            page = page_when(port, 'cua_eval_versions_total{of_run="train-f"} 2', again)
             anyio.run(published_versions, bus, v4)
             stdout, stderr = again.communicate(timeout=300)  # it ends by itself at v4
         finally:
@@ -210,11 +208,11 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
                 again.kill()
                 again.communicate()
     assert again.returncode == 0, stdout[-3000:] + stderr[-3000:]
-    assert 'cua_eval_evaluated_version{of_run="train-f"} 2' in waiting, stdout[-3000:] + stderr[-3000:]
-    assert "cua_eval_versions_total{" not in waiting  # none evaluated by this process yet
+    assert 'cua_eval_published_version{of_run="train-f"} 2' in waiting, stdout[-3000:] + stderr[-3000:]
+    assert 'cua_eval_versions_total{of_run="train-f"} 1\n' in waiting  # v2 only: v1 was not evaluated again
     assert (
-        "versions already evaluated by eval-train-f: v1, v2" in stdout
-        and stdout.count("Results published") == 2
+        "versions already evaluated by eval-train-f: v1\n" in stdout
+        and stdout.count("Results published") == 3
     ), stdout[-3000:]
     assert 'cua_eval_evaluated_version{of_run="train-f"} 3' in page
     (lag,) = (

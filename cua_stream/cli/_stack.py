@@ -5,7 +5,7 @@ when the block ends; episodes run by an in-process producer and scorer until sco
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ from cua_stream.bus.admin import TopicAdmin
 from cua_stream.config import BusConfig, ConfigError, build
 
 if TYPE_CHECKING:
+    from cua_stream.procs import Child
     from producers.config import ProducerConfig
 
 out = Console(highlight=False)
@@ -69,11 +70,12 @@ def engine_and_gateway(
     logs: Path,
     gateway_extra: tuple[str, ...] = (),
     engine_url: str | None = None,
+    also: tuple[Child, ...] = (),
 ) -> Iterator[Serving]:
-    """The reference engine serving ``model`` and a gateway recording to ``bus``, until the block ends.
-    With ``engine_url``, an engine already serving ``model`` there (SGLang on a GPU host) is used instead
-    and none is started."""
-    from cua_stream.procs import child
+    """The reference engine serving ``model`` and a gateway recording to ``bus``, until the block ends,
+    started side by side (with ``also``'s daemons). With ``engine_url``, an engine already serving
+    ``model`` there (SGLang on a GPU host) is used instead and none is started."""
+    from cua_stream.procs import children
 
     external = engine_url is not None
     engine_url = f"http://127.0.0.1:{engine_port}" if engine_url is None else engine_url
@@ -89,10 +91,11 @@ def engine_and_gateway(
         str(gateway_port),
     ]
     gateway_args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix, *gateway_extra]
-    with ExitStack() as stack:
-        if not external:
-            stack.enter_context(child(engine_args, f"{engine_url}/health", logs / "engine.log"))
-        stack.enter_context(child(gateway_args, f"{gateway_url}/health", logs / "gateway.log"))
+    specs: list[Child] = [*also]
+    if not external:
+        specs.append((engine_args, f"{engine_url}/health", logs / "engine.log"))
+    specs.append((gateway_args, f"{gateway_url}/health", logs / "gateway.log"))
+    with children(specs):
         yield Serving(engine_url, gateway_url)
 
 
@@ -160,13 +163,9 @@ def teacher_stack(
     model: Path, bus: BusConfig, *, engine_port: int, gateway_port: int, policies_port: int, logs: Path
 ) -> Iterator[Serving]:
     """The scripted-policy server (the teacher), the engine and a gateway whose sessions may use it."""
-    from cua_stream.procs import child
-
     teacher_url = f"http://127.0.0.1:{policies_port}/policies"
-    with (
-        child(["policies", "--port", str(policies_port)], f"http://127.0.0.1:{policies_port}/health",
-              logs / "policies.log"),
-        engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs,
-                           gateway_extra=("--teacher-url", teacher_url)) as serving,
-    ):  # fmt: skip
+    policies: Child = (["policies", "--port", str(policies_port)], f"http://127.0.0.1:{policies_port}/health",
+                       logs / "policies.log")  # fmt: skip
+    with engine_and_gateway(model, bus, engine_port=engine_port, gateway_port=gateway_port, logs=logs,
+                            gateway_extra=("--teacher-url", teacher_url), also=(policies,)) as serving:  # fmt: skip
         yield serving

@@ -1,11 +1,12 @@
 """What a policy that ignores the screen can reach on a bundled task: the best fixed click. Pure.
 
-A blind policy replies the same whatever it sees. On the tasks one click decides (``click-test`` and
-``click-button``: the verdict reads the first click on a button, and click-test's ``done`` is a reply a
-blind policy can make too) its best is the page point that lands on the target in the most layouts, and
-that point's hit rate over the task's layouts is the *blind baseline*: what a policy without eyes gets,
-so a learned policy at or under it has shown no use of the screen. The point is chosen on the layouts it
-is measured on, so on new layouts it does a little worse (a ceiling, not an estimate).
+A blind policy replies the same whatever it sees. On the tasks one click decides (``click-test``,
+``click-button`` and ``click-box``: the verdict reads the first click on a button, and the ``done``
+click-test and click-box also ask for is a reply a blind policy can make too) its best is the page
+point that lands on the target in the most layouts, and that point's hit rate over the task's layouts is
+the *blind baseline*: what a policy without eyes gets, so a learned policy at or under it has shown no
+use of the screen. The point is chosen on the layouts it is measured on, so on new layouts it does a
+little worse (a ceiling, not an estimate).
 
 The other tasks need text typed from the banner, a value read off the page or clicks in a row on
 elements that move: no single click solves them, and they have no blind baseline here (None).
@@ -19,7 +20,7 @@ from itertools import accumulate
 
 from cua_stream.tasks.pages import Layout, layout
 
-ONE_CLICK_TASKS = ("click-test", "click-button")
+ONE_CLICK_TASKS = ("click-test", "click-button", "click-box")
 """The tasks whose verdict one click (on the right element) decides."""
 
 

@@ -10,6 +10,11 @@ oracle find its target on the screenshot by color, the way it knows the goal (fr
 under the page's centre, so a policy needs no eyes — its reply format and action sequence (click, then
 done) are all there is to learn, and a learning curve on it shows what GRPO does on its own.
 
+``click-box`` is the step between: one colored box among grey ones, in a random cell of a 3x3 grid, and
+nothing to read (the banner is the same on every layout). No fixed click solves it (the best hits about
+one layout in nine), yet a policy that can *find* a salient patch can: it asks for localisation, not
+reading, which is what a small vision tower trained from scratch can plausibly learn in an hour on CPU.
+
 The page reports what the user did to the task's server (``POST /state``); the verifier reads it back.
 """
 
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 TASKS = (
     "click-test",
     "click-button",
+    "click-box",
     "fill-form",
     "read-value",
     "follow-link",
@@ -53,6 +59,13 @@ CELL_W, CELL_H = 200, 66
 BANNER_H = 60
 BIG_W, BIG_H = 280, 100
 """click-test's button."""
+BOX_CELL_W, BOX_CELL_H = 200, 110
+"""click-box's 3x3 grid under the banner (600x330 page pixels)."""
+BOX_W, BOX_H = 150, 80
+BOX_JITTER_X, BOX_JITTER_Y = 40, 24
+"""A box moves this far inside its cell (box + jitter < cell: boxes never touch)."""
+GREYS: tuple[tuple[int, int, int], ...] = ((125, 125, 125), (150, 150, 150), (175, 175, 175))
+"""click-box's distractors: unsaturated, each its own shade (the oracle tells elements apart by color)."""
 
 
 @dataclass(frozen=True)
@@ -63,7 +76,7 @@ class Element:
     y: int
     color: tuple[int, int, int]
     kind: str = "button"
-    """button | input | link | option | toggle | text"""
+    """button | input | link | option | toggle | text | box (a button without a label)"""
     w: int = 160
     h: int = 40
 
@@ -112,6 +125,8 @@ def layout(task: str, seed: int) -> Layout:
         els = tuple(Element(f"b{i}", words[i], *cells[i], colors[i]) for i in range(4))
         target = rng.choice(els).label
         return Layout(task, seed, f"Click the button labelled {target}.", target, els)
+    if task == "click-box":
+        return _click_box(rng, seed, colors[0])
     if task == "fill-form":
         cells = _cells(rng, 2)
         text = f"{words[0].lower()}{rng.randrange(10, 99)}"
@@ -166,6 +181,25 @@ def layout(task: str, seed: int) -> Layout:
     return Layout(task, seed, goal, text, els)
 
 
+def _click_box(rng: random.Random, seed: int, color: tuple[int, int, int]) -> Layout:
+    """One box of ``color`` (the target, ``answer``) and three grey ones in 4 of the 9 cells, jittered."""
+    cells = rng.sample([(c, r) for c in range(PAGE_W // BOX_CELL_W) for r in range(PAGE_H // BOX_CELL_H)], 4)
+    els = tuple(
+        Element(
+            "target" if i == 0 else f"d{i}",
+            "target" if i == 0 else f"d{i}",
+            c * BOX_CELL_W + rng.randrange(0, BOX_JITTER_X + 1),
+            BANNER_H + r * BOX_CELL_H + rng.randrange(0, BOX_JITTER_Y + 1),
+            color if i == 0 else GREYS[i - 1],
+            "box",
+            BOX_W,
+            BOX_H,
+        )
+        for i, (c, r) in enumerate(cells)
+    )
+    return Layout("click-box", seed, "Click the colored box, then finish with done.", "target", els)
+
+
 def _style(e: Element) -> str:
     r, g, b = e.color
     return (
@@ -184,6 +218,8 @@ def _element_html(e: Element) -> str:
         return f'<a id="{e.id}" href="/page/{label}" style="{_style(e)}display:block;line-height:40px;text-align:center">{label}</a>'
     if e.kind == "text":
         return f'<div id="{e.id}" style="{_style(e)}width:220px;line-height:40px;text-align:center">{label}</div>'
+    if e.kind == "box":  # nothing to read: the page reports the box's id
+        return f'<button id="{e.id}" data-kind="box" style="{_style(e)}"></button>'
     hidden = "display:none;" if e.kind == "option" else ""
     return f'<button id="{e.id}" data-kind="{e.kind}" style="{_style(e)}{hidden}">{label}</button>'
 
@@ -199,6 +235,7 @@ for (const b of document.querySelectorAll('button')) {
   b.addEventListener('click', () => {
     const kind = b.dataset.kind, input = document.getElementById('input');
     if (TASK === 'click-button' || TASK === 'click-test') report({click: b.textContent});
+    else if (TASK === 'click-box') report({click: b.id});
     else if (b.id === 'confirm') report({confirm: PAGE});
     else if (b.id === 'menu') document.querySelectorAll('[data-kind=option]').forEach(o => o.style.display = 'block');
     else if (kind === 'option') { choice = b.textContent; document.getElementById('menu').textContent = choice;

@@ -39,7 +39,7 @@ def oracle_plan(lay: Layout) -> tuple[Step, ...]:
     """The steps that solve ``lay``, terminal confirmation included."""
     click = lambda id, page="": Step("click", f"{page}:{id}")  # noqa: E731
     done = (Step("done"), Step("done"))
-    if lay.task in ("click-test", "click-button"):
+    if lay.task in ("click-test", "click-button", "click-box"):
         target = next(e for e in lay.elements if e.label == lay.answer)
         return (click(target.id), *done)
     if lay.task == "fill-form":

@@ -20,11 +20,12 @@ def reward(lay: Layout, events: Sequence[Mapping[str, Any]], final_answer: str |
     """1.0 when the episode did what the banner asked, else 0.0."""
     if lay.task == "read-value":
         return float(final_answer is not None and final_answer.strip() == lay.answer)
-    if lay.task in ("click-test", "click-button"):
+    if lay.task in ("click-test", "click-button", "click-box"):
         first = _first(events, "click")
         clicked = first is not None and first["click"] == lay.answer
-        # click-test must also finish: a right click followed by garbage is not a solved episode
-        finished = lay.task != "click-test" or (final_answer is not None and final_answer.strip() == "done")
+        # click-test and click-box must also finish: a right click followed by garbage is not a solved
+        # episode (GRPO would reinforce the garbage)
+        finished = lay.task == "click-button" or (final_answer is not None and final_answer.strip() == "done")
         return float(clicked and finished)
     if lay.task == "follow-link":
         first = _first(events, "confirm")

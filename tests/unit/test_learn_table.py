@@ -30,7 +30,7 @@ def covers(box: tuple[int, int, int, int], x: int, y: int) -> bool:
     return bx <= x < bx + w and by <= y < by + h
 
 
-@pytest.mark.parametrize("task", ["click-test", "click-button"])
+@pytest.mark.parametrize("task", ["click-test", "click-button", "click-box"])
 def test_the_best_fixed_click_is_the_best_point_of_all(task: str) -> None:
     """Checked by brute force: the most boxes any point covers is reached at some box's left edge and some
     box's top edge, so trying every such pair finds the best count."""
@@ -49,6 +49,9 @@ def test_click_test_falls_to_a_fixed_click_and_click_button_mostly_does_not() ->
     assert click_test is not None and click_test.hits == 300  # its button always covers the page's centre
     # 4 buttons in 15 cells, the target one of them: a blind click is right well under a quarter of the time
     assert click_button is not None and 0 < click_button.hits / 300 < 0.15
+    # one box of 4 in 9 cells is the target: a blind click finds it about one time in nine
+    click_box = best_fixed_click("click-box", seeds)
+    assert click_box is not None and 0.08 < click_box.hits / 300 < 0.15
 
 
 def test_no_single_click_solves_the_other_tasks() -> None:

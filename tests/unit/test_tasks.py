@@ -50,6 +50,28 @@ def test_click_test_is_solved_by_a_fixed_click_and_nothing_else_is() -> None:
 
     assert all(hit(layout("click-test", s)) for s in range(500))
     assert sum(hit(layout("click-button", s)) for s in range(500)) < 100
+    assert sum(hit(layout("click-box", s)) for s in range(500)) < 100
+
+
+def test_click_box_shows_one_colored_box_among_grey_ones_and_nothing_to_read() -> None:
+    """The target is the only saturated box, in any of the 9 cells; the page text is the same on every
+    layout, so where to click is only on the screen, as a position."""
+    seen = set()
+    for seed in range(200):
+        lay = layout("click-box", seed)
+        target = lay.element("target")
+        assert lay.answer == "target" and len(lay.elements) == 4
+        assert max(target.color) - min(target.color) >= 100  # saturated: the palette's
+        assert all(len(set(e.color)) == 1 for e in lay.elements if e is not target)  # grey
+        seen.add(((target.x - 0) // 200, (target.y - BANNER_H) // 110))
+        page = render(lay)
+        assert ">target<" not in page and ">d1<" not in page  # no label drawn
+        assert page.replace(str(seed), "").count(lay.goal) == 1
+    assert len(seen) == 9
+    assert (
+        render(layout("click-box", 1)).split("<button")[0]
+        == render(layout("click-box", 2)).split("<button")[0]
+    )
 
 
 def test_the_page_shows_the_goal_and_every_label() -> None:
@@ -105,6 +127,10 @@ def test_verdicts_count_only_the_first_decisive_act() -> None:
     assert reward(test, [{"click": test.answer}], None) == 0.0  # clicked, but never said it was done
     assert reward(test, [{"click": test.answer}], '{"analysis": "done"}') == 0.0
     assert reward(test, [], "done") == 0.0
+    box = layout("click-box", 1)
+    assert reward(box, [{"click": "target"}], "done") == 1.0
+    assert reward(box, [{"click": "d2"}, {"click": "target"}], "done") == 0.0  # a grey box first
+    assert reward(box, [{"click": "target"}], None) == 0.0  # never finished
     form = layout("fill-form", 1)
     assert reward(form, [{"submit": form.answer + " "}], None) == 1.0
     assert reward(form, [{"submit": "x"}, {"submit": form.answer}], None) == 0.0

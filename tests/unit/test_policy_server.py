@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import io
+import threading
 import zlib
 
 import anyio
 import httpx
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -90,19 +92,32 @@ async def test_a_good_request_still_gets_the_oracles_reply() -> None:
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
 
 
-async def test_health_answers_while_a_screenshot_is_decoded() -> None:
-    big = data_url(png(5600, 5600))  # under the pixel limit, and about a second to decode here
+async def test_health_answers_while_a_screenshot_is_decoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The decode is held open until /health has answered (10 s at most), so the order does not depend on
+    # how fast this machine decodes; decoded on the event loop, it would block /health for those 10 s.
+    from cua_stream.tasks import policy_server
+
+    decoding, answered = threading.Event(), threading.Event()
+    real = policy_server.decode_screenshot
+
+    def held_decode(url: str) -> np.ndarray:
+        decoding.set()
+        answered.wait(10)
+        return real(url)
+
+    monkeypatch.setattr(policy_server, "decode_screenshot", held_decode)
     order: list[str] = []
     async with client() as http:
 
         async def decode() -> None:
-            r = await http.post(URL, json=with_image(big))
+            r = await http.post(URL, json=with_image(data_url(png(640, 400))))
             order.append(f"chat {r.status_code}")
 
         async def health() -> None:
-            await anyio.sleep(0.3)  # the chat request is being decoded by then
+            assert await anyio.to_thread.run_sync(decoding.wait, 10)  # the chat request is being decoded
             r = await http.get("/health")
             order.append(f"health {r.status_code}")
+            answered.set()
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(decode)

@@ -43,7 +43,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
-from consumers.trainer.daemon import INPUTS, set_barriers
+from consumers.trainer.intake import INPUTS, set_barriers
 from consumers.trainer.join import Join
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.codec import encode_record

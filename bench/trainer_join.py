@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import TopicPartition
 
-from consumers.trainer.daemon import set_barriers
+from consumers.trainer.intake import set_barriers
 from consumers.trainer.join import Join
 from consumers.trainer.samples import assemble
 from cua_stream.bus.admin import TopicAdmin

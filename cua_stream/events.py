@@ -13,79 +13,20 @@ Schema evolution rules (checked by golden files under ``tests/golden``):
 4. A breaking change gets a new tag (``turn.v2``) and an upgrade function at the decode boundary, and
    ``SCHEMA`` moves to the next major version; a record with an unknown ``schema`` header is dead-lettered.
 
-Token ids and logprobs travel as packed little-endian arrays (``TokenIds``: int32, ``Logprobs``:
-float64) rather than msgpack lists: decoding 2,000 ints as a list costs ~120 µs against ~4 µs for the
-packed form, and the bus benchmark holds us to raw-Kafka speed.
+Token ids and logprobs travel as packed arrays (``cua_stream.packed``).
 """
 
 from __future__ import annotations
 
-import array
 import enum
-import sys
-from collections.abc import Iterable
 from typing import Annotated, Any
 
 import msgspec
 
+from cua_stream.packed import Logprobs, TokenIds, dec_hook, enc_hook, json_enc_hook
+
 SCHEMA = "cua-stream/1"
 """Wire schema name and major version; carried in every record's ``schema`` header."""
-
-if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
-    raise ImportError("cua_stream.events assumes a little-endian host for its packed arrays")
-
-
-# ---------------------------------------------------------------------------------------------------
-# Packed arrays
-
-
-class TokenIds(array.array):
-    """Token ids as a packed int32 array (a list-like sequence of ints)."""
-
-    def __new__(cls, values: Iterable[int] = ()) -> TokenIds:
-        return super().__new__(cls, "i", values)
-
-    def __repr__(self) -> str:
-        return f"TokenIds({self.tolist()!r})"
-
-
-class Logprobs(array.array):
-    """Per-token log-probabilities as a packed float64 array."""
-
-    def __new__(cls, values: Iterable[float] = ()) -> Logprobs:
-        return super().__new__(cls, "d", values)
-
-    def __repr__(self) -> str:
-        return f"Logprobs({self.tolist()!r})"
-
-
-_ARRAY_TYPES: tuple[type[array.array], ...] = (TokenIds, Logprobs)
-
-
-def _enc_hook(obj: Any) -> Any:
-    if isinstance(obj, array.array):
-        return obj.tobytes()
-    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
-
-
-def _dec_hook(typ: type, obj: Any) -> Any:
-    if typ in _ARRAY_TYPES:
-        out = typ()
-        if isinstance(obj, (bytes, bytearray, memoryview)):
-            out.frombytes(obj)
-        else:  # JSON renders arrays as lists
-            out.extend(obj)
-        return out
-    raise NotImplementedError(f"cannot decode {typ.__name__}")
-
-
-def _json_enc_hook(obj: Any) -> Any:
-    if isinstance(obj, array.array):
-        return obj.tolist()
-    if isinstance(obj, bytes):
-        return obj.hex()
-    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
-
 
 # ---------------------------------------------------------------------------------------------------
 # Building blocks (not records on their own)
@@ -434,10 +375,10 @@ AnyEvent = (
 # ---------------------------------------------------------------------------------------------------
 # Encoding
 
-_msgpack_encoder = msgspec.msgpack.Encoder(enc_hook=_enc_hook)
-_msgpack_decoder = msgspec.msgpack.Decoder(AnyEvent, dec_hook=_dec_hook)
-_json_encoder = msgspec.json.Encoder(enc_hook=_json_enc_hook)
-_json_decoder = msgspec.json.Decoder(AnyEvent, dec_hook=_dec_hook)
+_msgpack_encoder = msgspec.msgpack.Encoder(enc_hook=enc_hook)
+_msgpack_decoder = msgspec.msgpack.Decoder(AnyEvent, dec_hook=dec_hook)
+_json_encoder = msgspec.json.Encoder(enc_hook=json_enc_hook)
+_json_decoder = msgspec.json.Decoder(AnyEvent, dec_hook=dec_hook)
 
 
 def encode(event: Event) -> bytes:
@@ -461,7 +402,7 @@ def from_json(data: bytes | str) -> AnyEvent:
 
 def to_builtins(event: Event) -> dict[str, Any]:
     """Plain dict/list form (for JSON documents that embed an event)."""
-    return msgspec.to_builtins(event, enc_hook=_json_enc_hook)
+    return msgspec.to_builtins(event, enc_hook=json_enc_hook)
 
 
 def tag_of(event: Event | type[Event]) -> str:

@@ -44,6 +44,7 @@ from consumers.trainer.grpo import (
     next_batch,
     recorded_batch,
 )
+from consumers.trainer.intake import READS, Intake
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.megatron_vl_backend import MegatronVLBackend
@@ -56,24 +57,18 @@ from consumers.trainer.step_record import describe_step, policy_version, token_s
 from consumers.trainer.torch_backend import StepStats, TorchBackend
 from consumers.trainer.weights import ENGINE_CHECK_S, EngineWeights
 from cua_stream.blobs import open_blob_store
-from cua_stream.bus.consumer import decode_message, letter_for
 from cua_stream.bus.follow import Follower
 from cua_stream.bus.producer import EventProducer
-from cua_stream.errors import ConfigError, EngineUnreachable, RecordError
+from cua_stream.errors import ConfigError, EngineUnreachable
 from cua_stream.events import Event, GroupDropped, TrainStep
 from cua_stream.identity import group_id_of, index_of
 from cua_stream.lifecycle import Notify, freeze_startup_heap, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.tasks.refs import task_ref
-from cua_stream.topics import POLICY, SCORES, SUMMARIES, TRAIN_STEPS, TURNS, WORK, TopicSpec
+from cua_stream.topics import TRAIN_STEPS, WORK
 from cua_stream.versions import staleness
 
 log = logging.getLogger(__name__)
-
-INPUTS: tuple[TopicSpec, ...] = (TURNS, SUMMARIES, SCORES)
-READS: tuple[TopicSpec, ...] = (*INPUTS, POLICY)
-"""The inputs, and the policy topic: its run's records there (keyed by run id) are the trainer's own, so
-one of them that does not decode is this trainer's to dead-letter (every producer reads the topic too)."""
 
 
 class Trainer:
@@ -201,7 +196,7 @@ class Trainer:
         for k in range(st.issued):
             if group_id_of(cfg.run_id, k) not in join.decided:
                 join.expect(group_id_of(cfg.run_id, k), self.clock())
-        lettered = {(t, p): o for t, p, o in saved.read_to}
+        intake = Intake.of(self.topics, cfg.run_id, saved.read_to)
         inputs = Follower(
             cfg.bus,
             READS,
@@ -210,8 +205,6 @@ class Trainer:
         )
         async with inputs:
             self._inputs = inputs
-            by_name = dict(zip(names, READS, strict=True))
-            policy_topic, own_key = self.topics.name_of(POLICY), cfg.run_id.encode()
             task_status.started(self.metrics_port)
             self._waiting_since = time.perf_counter()
             checked = time.monotonic()
@@ -221,21 +214,7 @@ class Trainer:
                         await self.engine.restore(http, self.dir / st.weights, st.version)
                     checked = time.monotonic()
                 await self._feed(producer, join)
-                completed: list[GroupState] = []
-                for msg in await inputs.poll(0.2):
-                    try:
-                        delivery = decode_message(by_name, msg)
-                    except RecordError as e:  # dead-lettered at the next commit; never a stall
-                        if msg.topic == policy_topic and msg.key != own_key:
-                            continue  # another run's (its trainer dead-letters it)
-                        self.metrics.undecodable.inc()
-                        log.warning("skipping %s[%d]@%d: %s", msg.topic, msg.partition, msg.offset, e)
-                        if msg.offset >= lettered.get((msg.topic, msg.partition), 0):
-                            st.dead_letters.append(letter_for(e, msg))
-                        continue
-                    if (complete := join.add(delivery, self.clock())) is not None:
-                        completed.append(complete)
-                await set_barriers(inputs, join, completed)
+                st.dead_letters += await intake.poll(inputs, join, self.clock, self.metrics.undecodable.inc)
                 positions = await inputs.positions()
                 await self._decide(join, positions)
                 while True:
@@ -442,16 +421,6 @@ class Trainer:
             if isinstance(event, TrainStep):
                 self.on_step(event)
         self._waiting_since = time.perf_counter()
-
-
-async def set_barriers(inputs: Follower, join: Join, groups: list[GroupState]) -> None:
-    """Give each group that just got its last score its barrier: the current end offsets of its call
-    partitions, read in one request for all of them (a request per group would cost a round trip each)."""
-    if not groups:
-        return
-    ends = await inputs.end_offsets({part for g in groups for part in join.call_partitions(g)})
-    for group in groups:
-        group.barrier = {tp: ends[tp] for tp in join.call_partitions(group)}
 
 
 def _log_step(step: TrainStep) -> None:

@@ -13,7 +13,8 @@ import pytest
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.daemon import READS, Trainer
+from consumers.trainer.daemon import Trainer
+from consumers.trainer.intake import READS
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.engine.config import EngineConfig

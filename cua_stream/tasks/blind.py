@@ -18,10 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from cua_stream.tasks.pages import Layout, layout
-
-ONE_CLICK_TASKS = ("click-test", "click-button", "click-box")
-"""The tasks whose verdict one click (on the right element) decides."""
+from cua_stream.tasks.pages import ONE_CLICK_TASKS, Layout, layout
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ TASKS = (
     "sign-up",
     "click-box",  # last: the demo and the loops that take the tasks in turn start with the first ones
 )
+ONE_CLICK_TASKS = ("click-test", "click-button", "click-box")
+"""The tasks whose verdict the first click on a button decides (click-test and click-box also ask for a
+``done``): their oracle clicks the target, and their blind baseline is the best fixed click."""
 
 PALETTE: tuple[tuple[int, int, int], ...] = (
     (210, 40, 40),

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from cua_stream.binding.coordinates import GRID_MAX
-from cua_stream.tasks.pages import Layout
+from cua_stream.tasks.pages import ONE_CLICK_TASKS, Layout
 
 COLOR_TOLERANCE = 40
 """Per channel: screenshots are lossy WebP."""
@@ -39,7 +39,7 @@ def oracle_plan(lay: Layout) -> tuple[Step, ...]:
     """The steps that solve ``lay``, terminal confirmation included."""
     click = lambda id, page="": Step("click", f"{page}:{id}")  # noqa: E731
     done = (Step("done"), Step("done"))
-    if lay.task in ("click-test", "click-button", "click-box"):
+    if lay.task in ONE_CLICK_TASKS:
         target = next(e for e in lay.elements if e.label == lay.answer)
         return (click(target.id), *done)
     if lay.task == "fill-form":

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cua_stream.tasks.pages import Layout
+from cua_stream.tasks.pages import ONE_CLICK_TASKS, Layout
 
 
 def _first(events: Sequence[Mapping[str, Any]], key: str) -> Mapping[str, Any] | None:
@@ -20,7 +20,7 @@ def reward(lay: Layout, events: Sequence[Mapping[str, Any]], final_answer: str |
     """1.0 when the episode did what the banner asked, else 0.0."""
     if lay.task == "read-value":
         return float(final_answer is not None and final_answer.strip() == lay.answer)
-    if lay.task in ("click-test", "click-button", "click-box"):
+    if lay.task in ONE_CLICK_TASKS:
         first = _first(events, "click")
         clicked = first is not None and first["click"] == lay.answer
         # click-test and click-box must also finish: a right click followed by garbage is not a solved

@@ -36,6 +36,8 @@ class DemoPlan:
     """A random policy's reply often runs past a few tokens: those episodes end at the token cap."""
     trainer_backend: str = "torch"
     """``trainer.backend``: ``torch``, or ``megatron`` (megatron-bridge's Qwen3-VL in its own venv)."""
+    trainer_device: str = "cpu"
+    """``trainer.device``: where the megatron backend trains (``cuda``: a GPU, in bf16)."""
 
 
 def tiny_model_dir() -> Path:
@@ -66,6 +68,7 @@ def demo_settings(plan: DemoPlan) -> dict[str, dict[str, Any]]:
             "max_new_tokens": plan.max_new_tokens,
             "lr": 1e-4,
             "backend": plan.trainer_backend,
+            "device": plan.trainer_device,
         },
     }
 

@@ -11,8 +11,9 @@
 #
 # It stops at the first failure with one line saying what (and the log to read); exit 1.
 # The trainer is megatron-bridge's Qwen3-VL (trainer.backend = megatron, its own venv: scripts/megatron-env.sh),
-# in its worker's CPU path (no Transformer Engine, gloo): the gap it prints is Megatron against SGLang.
-# CUA_GPU_CHECK_TRAINER=torch trains with the torch backend instead.
+# on the GPU in bf16 (trainer.device = cuda; megatron-core's local modules, no Transformer Engine): the gap it
+# prints is Megatron against SGLang. In a dry run the worker trains on the CPU. CUA_GPU_CHECK_TRAINER=torch
+# trains with the torch backend (CPU) instead; CUA_GPU_CHECK_TRAINER_DEVICE=cpu keeps megatron on the CPU.
 #
 # Environment: CUA_GPU_CHECK_HOME (state, logs, report; default a new temp dir), CUA_GPU_CHECK_PORT (SGLang's
 # port, default 30000), CUA_SGLANG_ARGS (extra launch_server flags), CUA_GPU_CHECK_MAX_GAP (default 0.02).
@@ -82,6 +83,8 @@ else
 fi
 sglang_py=$(echo "$sglang_py" | tail -n 1)
 trainer=${CUA_GPU_CHECK_TRAINER:-megatron}
+trainer_device=cpu
+if [ "$dry" = 0 ] && [ "$trainer" = megatron ]; then trainer_device=${CUA_GPU_CHECK_TRAINER_DEVICE:-cuda}; fi
 if [ "$trainer" = megatron ]; then  # megatron-bridge pins its own transformers: a venv of its own too
   say "3/7 megatron-bridge's environment (first time: ~3 minutes, ~6 GB)"
   CUA_MEGATRON_PYTHON=$(bash scripts/megatron-env.sh 2>"$home/logs/megatron-env.log" | tail -n 1) \
@@ -117,9 +120,9 @@ else
 fi
 
 # 6. the loop: broker, topics, gateway, producer (scripted environment), scorer, trainer; 3 GRPO steps
-say "6/7 the loop: 3 GRPO steps ($trainer trainer) against http://127.0.0.1:$port (logs in $home)"
+say "6/7 the loop: 3 GRPO steps ($trainer trainer on $trainer_device) against http://127.0.0.1:$port (logs in $home)"
 timeout 600 .venv/bin/cua-stream demo --environment scripted --steps 3 --engine-url "http://127.0.0.1:$port" \
-  --trainer-backend "$trainer" \
+  --trainer-backend "$trainer" --trainer-device "$trainer_device" \
   --gateway-port $((port + 1)) --report "$home/report.json" --no-keep-broker >"$home/logs/demo.log" 2>&1 \
   || fail "6/7 the loop (see $home/logs/demo.log)"
 

@@ -1,4 +1,4 @@
-"""megatron-bridge 0.6.2's Qwen3-VL on a CPU host, without Transformer Engine: what the worker
+"""megatron-bridge 0.6.2's Qwen3-VL without Transformer Engine (on a CPU host, or a GPU host without TE): what the worker
 (``megatron_vl_worker.py``, in the same venv) changes before it builds the model. TE's torch extension builds
 only with CUDA, and megatron-bridge assumes it in four places (file:line in the README, "The GPU path"):
 the LoRA module's import, the TE layer specs, norm and linears of the Qwen3-VL provider and model, packed
@@ -107,11 +107,12 @@ def segment_attention_class() -> type:
     return SegmentAttention
 
 
-def use_local_modules() -> None:
+def use_local_modules(on_gpu: bool = False) -> None:
     """Where megatron-bridge 0.6.2's Qwen3-VL hard-codes Transformer Engine, megatron-core's local modules:
     the language layer spec (``qwen3_vl_provider.py:148``), the vision layer spec and the patch merger's
     norm and linears (``modelling_qwen3_vl/model.py:19-23, 305-310``). And megatron-core's M-RoPE table is
-    made on ``torch.cuda.current_device()`` (``rotary_pos_embedding.py:305``): on a CPU that answers "cpu"."""
+    made on ``torch.cuda.current_device()`` (``rotary_pos_embedding.py:305``): unless the model runs on a GPU
+    (``on_gpu``), that answers "cpu"."""
     import megatron.bridge.models.qwen_vl.modelling_qwen3_vl.model as vl_model
     import megatron.bridge.models.qwen_vl.qwen3_vl_provider as vl_provider
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -143,4 +144,5 @@ def use_local_modules() -> None:
     vl_model.TENorm = WrappedTorchNorm
     vl_model.TEColumnParallelLinear = ColumnParallelLinear
     vl_model.TERowParallelLinear = RowParallelLinear
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]
+    if not on_gpu:
+        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment,return-value]

@@ -24,13 +24,15 @@ applied to the gradients: fused QKV and gate/up split as the weights are). No op
 
 The worker runs on the CPU, in float32, with megatron-core's own modules where megatron-bridge 0.6.2
 hard-codes Transformer Engine ones (``use_local_modules``; TE's torch extension builds only with CUDA), plus
-the one thing those lack, packed (THD) attention. The GPU path (TE's modules, NCCL, the model on the
-device) is not written yet.
+the one thing those lack, packed (THD) attention. With ``"device": "cuda"`` in ``init`` (the persistent
+worker) the model runs on the GPU in bfloat16, as Megatron trains: bf16 weights for the forward and
+backward, AdamW over float32 master copies of them (a 1e-5 step is below bf16's resolution of a weight),
+the bf16 weights copied from the masters after each step. Still without TE's fused modules and with one
+process (no NCCL: world size 1): ``scripts/megatron_gpu_probe.py`` measures this path on a GPU.
 """
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import warnings
@@ -49,40 +51,53 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def load_model(model_dir: str) -> tuple[Any, Any]:
-    """The bridge and the checkpoint as megatron-bridge's Qwen3-VL model on the CPU (world size 1,
-    TP = PP = 1), in eval mode (no dropout; the gradient still flows)."""
+def load_model(model_dir: str, device: str = "cpu", dtype: torch.dtype | None = None) -> tuple[Any, Any]:
+    """The bridge and the checkpoint as megatron-bridge's Qwen3-VL model on ``device`` (world size 1,
+    TP = PP = 1), in eval mode (no dropout; the gradient still flows). ``dtype``: its weights', by default
+    float32 on the CPU, bfloat16 on a GPU."""
     import torch.distributed as dist
     from megatron.core import parallel_state
 
+    on_gpu = torch.device(device).type == "cuda"
+    dtype = dtype or (torch.bfloat16 if on_gpu else torch.float32)
     bridge_cls = import_bridge()
-    use_local_modules()
-    if not dist.is_initialized():
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        os.environ.setdefault("MASTER_PORT", str(free_port()))
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    use_local_modules(on_gpu)
+    if on_gpu:
+        torch.cuda.set_device(torch.device(device).index or 0)
+    if not dist.is_initialized():  # a port of its own: a MASTER_PORT inherited from a parent may be held
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(1, 1)
+    if on_gpu:  # megatron's CUDA RNG streams, seeded as its init seeds them (once the groups exist)
+        from megatron.core import tensor_parallel
+
+        tensor_parallel.model_parallel_cuda_manual_seed(0)
     bridge = bridge_cls.from_hf_pretrained(model_dir)
     provider = bridge.to_megatron_provider(load_weights=False)
-    provider.use_cpu_initialization = True
-    provider.params_dtype = torch.float32
+    provider.use_cpu_initialization = True  # built on the CPU, moved once loaded
+    provider.params_dtype = dtype
+    provider.bf16 = dtype == torch.bfloat16
     provider.finalize()
     model = provider.provide(pre_process=True, post_process=True)  # one stage: it embeds and projects
     bridge.load_hf_weights([model])
-    return bridge, model.eval()
+    # The whole model in ``dtype``, buffers too, as megatron's Float16Module casts it: the provider's
+    # params_dtype reaches the language model only (the vision tower's config is made apart).
+    return bridge, model.to(device, dtype).eval()
 
 
-def pack(items: list[dict[str, Any]]) -> dict[str, Any]:
-    """The items end to end: tokens (1, T), their cu_seqlens, and the images in item order."""
+def pack(
+    items: list[dict[str, Any]], device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> dict[str, Any]:
+    """The items end to end: tokens (1, T), their cu_seqlens, and the images in item order (their pixels
+    in the weights' ``dtype``), all on ``device``."""
     from megatron.core.packed_seq_params import PackedSeqParams
 
     lengths = [int(item["tokens"].numel()) for item in items]
-    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32)
+    cu = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device=device)
     pixels = [item["pixel_values"] for item in items if item.get("pixel_values") is not None]
     grids = [item["image_grid_thw"] for item in items if item.get("image_grid_thw") is not None]
     return {
-        "input_ids": torch.cat([item["tokens"].long() for item in items]).unsqueeze(0),
+        "input_ids": torch.cat([item["tokens"].long() for item in items]).unsqueeze(0).to(device),
         "packed_seq_params": PackedSeqParams(
             qkv_format="thd",
             cu_seqlens_q=cu,
@@ -90,15 +105,17 @@ def pack(items: list[dict[str, Any]]) -> dict[str, Any]:
             max_seqlen_q=max(lengths),
             max_seqlen_kv=max(lengths),
         ),
-        "pixel_values": torch.cat(pixels) if pixels else None,
-        "image_grid_thw": torch.cat(grids).long() if grids else None,
+        "pixel_values": torch.cat(pixels).to(device, dtype) if pixels else None,
+        "image_grid_thw": torch.cat(grids).long().to(device) if grids else None,
         "lengths": lengths,
     }
 
 
 def packed_logprobs(model: Any, items: list[dict[str, Any]], temperature: float = 1.0) -> list[torch.Tensor]:
-    """Per item, the logprob of each of its tokens (0.0 at its first), from one packed forward pass."""
-    batch = pack(items)
+    """Per item, the logprob of each of its tokens (0.0 at its first), from one packed forward pass, on
+    the model's device."""
+    weight = next(model.parameters())
+    batch = pack(items, weight.device, weight.dtype)
     ids = batch["input_ids"]
     logits = model(
         input_ids=ids,
@@ -161,12 +178,12 @@ def packed_loss(
     """The project's ``policy_loss`` over the items' packed logprobs (their per-token inputs packed alike)."""
 
     def per_token(key: str, dtype: torch.dtype) -> torch.Tensor:
-        return torch.cat([torch.as_tensor(item[key], dtype=dtype) for item in items])
+        return torch.cat([torch.as_tensor(item[key], dtype=dtype) for item in items]).to(logprobs.device)
 
     def per_item(key: str, dtype: torch.dtype) -> torch.Tensor:
         return torch.cat(
             [torch.full((int(item["tokens"].numel()),), item[key], dtype=dtype) for item in items]
-        )
+        ).to(logprobs.device)
 
     return loss_module.policy_loss(
         logprobs,
@@ -213,13 +230,19 @@ class Trainer:
         self.max_grad_norm = float(init.get("max_grad_norm", 1.0))
         self.passes = int(init.get("passes", 1))
         self.model_dir = str(init["model_dir"])
-        self.bridge, self.model = load_model(str(init.get("weights") or self.model_dir))
+        device = str(init.get("device", "cpu"))
+        dtype = (
+            getattr(torch, init["dtype"]) if init.get("dtype") else None
+        )  # "bfloat16": the device's default
+        self.bridge, self.model = load_model(str(init.get("weights") or self.model_dir), device, dtype)
         self.reference = None
         if self.config.kl_coef:  # the run's start, frozen, whatever checkpoint ``weights`` resumes
-            _, self.reference = load_model(self.model_dir)
+            _, self.reference = load_model(self.model_dir, device, dtype)
             self.reference.requires_grad_(False)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=float(init.get("lr", 1e-5)))
+        # What AdamW updates: the weights themselves in float32, else float32 masters of them.
+        self.masters = [p if p.dtype == torch.float32 else p.detach().float().clone() for p in self.params]
+        self.optimizer = torch.optim.AdamW(self.masters, lr=float(init.get("lr", 1e-5)))
 
     def set_lr(self, lr: float) -> None:
         for group in self.optimizer.param_groups:
@@ -252,6 +275,7 @@ class Trainer:
         import dataclasses
 
         self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # the bf16 weights' own, apart from their masters'
         signal = rewarded or self.reference is not None  # with a KL its anchor is a signal too
         with torch.set_grad_enabled(signal):
             logprobs = torch.cat(packed_logprobs(self.model, items, self.temperature))
@@ -259,10 +283,17 @@ class Trainer:
         out: dict[str, Any] = {"stats": dataclasses.asdict(stats), "grad_norm": 0.0}
         if signal:
             loss.backward()
-            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.params, self.max_grad_norm))
+            for master, param in zip(self.masters, self.params, strict=True):
+                if master is not param:
+                    master.grad = None if param.grad is None else param.grad.float()
+            out["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.masters, self.max_grad_norm))
             if not rewarded:
                 self.forget_momentum()
             self.optimizer.step()
+            with torch.no_grad():
+                for master, param in zip(self.masters, self.params, strict=True):
+                    if master is not param:
+                        param.copy_(master)
         return out, logprobs.detach()
 
     def forget_momentum(self) -> None:
@@ -306,7 +337,8 @@ class Trainer:
             return {"dir": self.save(str(request["dir"]), bool(request.get("processor", False)))}
         if op == "logprobs":
             with torch.no_grad():
-                return {"logprobs": packed_logprobs(self.model, request["items"], self.temperature)}
+                logprobs = packed_logprobs(self.model, request["items"], self.temperature)
+                return {"logprobs": [row.cpu() for row in logprobs]}
         if op == "optimizer_state":
             return {"state": self.optimizer.state_dict()}
         if op == "load_optimizer_state":

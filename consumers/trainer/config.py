@@ -19,6 +19,15 @@ from cua_stream.metrics_sinks import SinkSpec
 from cua_stream.tasks.refs import task_ref
 
 
+def device_error(backend: str, device: str) -> str | None:
+    """What is wrong with ``trainer.device`` beside ``trainer.backend``, if anything."""
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        return f"trainer.device: cpu, cuda or cuda:N, not {device!r}"
+    if device != "cpu" and backend != "megatron":
+        return f"trainer.device: {device!r} needs trainer.backend = 'megatron' (torch: the CPU)"
+    return None
+
+
 class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The trainer: what it trains, on which groups, and where it publishes weights."""
 
@@ -72,6 +81,9 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     (megatron-bridge's Qwen3-VL in a worker process of its own venv, ``scripts/megatron-env.sh``; the
     same step: consumers/trainer/megatron_vl_backend.py). A checkpoint's optimizer state resumes the
     backend that wrote it only."""
+    device: str = "cpu"
+    """Where the megatron backend's model trains: ``cpu`` (float32) or ``cuda`` / ``cuda:N`` (bfloat16
+    weights, float32 AdamW masters: scripts/megatron_vl_worker.py). The torch backend trains on the CPU."""
     lr: float = 1e-5
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;
@@ -191,6 +203,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 f"trainer.weight_update: expected one of {', '.join(WEIGHT_UPDATE_MODES)}, "
                 f"not {self.weight_update!r}"
             )
+        if error := device_error(self.backend, self.device):
+            raise ConfigError(error)
         if not self.min_step_s >= 0:
             raise ConfigError("trainer.min_step_s: must be >= 0 (0: no padding)")
         if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 
 import anyio
 import anyio.to_thread
@@ -121,8 +122,8 @@ class Trainer:
             raise ConfigError(
                 f"trainer.checkpoint_dir {self.dir} holds run {saved.run_id!r}, not {self.config.run_id!r}"
             )
-        make = MegatronVLBackend if self.config.backend == "megatron" else TorchBackend
-        backend = make(
+        megatron = self.config.backend == "megatron"
+        backend = (partial(MegatronVLBackend, device=self.config.device) if megatron else TorchBackend)(
             self.config.model_path,
             open_blob_store(self.config.blobs),
             temperature=self.config.temperature,

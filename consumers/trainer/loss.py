@@ -110,8 +110,12 @@ def policy_loss(
         kl = torch.exp(log_ratio) - log_ratio - 1
         per_token = per_token + config.kl_coef * kl
     n_episodes = int(episodes.max().item()) + 1 if episodes.numel() else 0
-    token_sum = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, per_token * m)
-    token_count = torch.zeros(n_episodes, dtype=logprobs.dtype).index_add(0, episodes, m)
+    token_sum = torch.zeros(n_episodes, dtype=logprobs.dtype, device=logprobs.device).index_add(
+        0, episodes, per_token * m
+    )
+    token_count = torch.zeros(n_episodes, dtype=logprobs.dtype, device=logprobs.device).index_add(
+        0, episodes, m
+    )
     has_tokens = token_count > 0
     trained = m.sum().clamp(min=1)
     if not has_tokens.any():

@@ -96,8 +96,10 @@ class MegatronVLBackend:
         weights: str | Path | None = None,
         passes: int = 1,
         python: str | None = None,
+        device: str = "cpu",
     ) -> None:
-        """As ``TorchBackend``'s; ``python``: megatron-bridge's (``megatron_python()`` by default)."""
+        """As ``TorchBackend``'s; ``python``: megatron-bridge's (``megatron_python()`` by default);
+        ``device``: where the worker's model trains (``trainer.device``)."""
         if passes < 1:
             raise ValueError("passes must be >= 1")
         from transformers import AutoConfig, AutoProcessor
@@ -122,6 +124,7 @@ class MegatronVLBackend:
             {
                 "op": "init",
                 "model_dir": str(model_path),
+                "device": device,
                 "weights": str(weights) if weights else None,
                 "temperature": temperature,
                 "lr": lr,

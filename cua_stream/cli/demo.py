@@ -70,21 +70,27 @@ def demo(
         str,
         typer.Option(
             help="trainer.backend: torch, or megatron (megatron-bridge's Qwen3-VL in its own venv, "
-            "scripts/megatron-env.sh; the CPU path)."
+            "scripts/megatron-env.sh)."
         ),
     ] = "torch",
+    trainer_device: Annotated[
+        str, typer.Option(help="trainer.device: cpu, or cuda (the megatron backend on a GPU, in bf16).")
+    ] = "cpu",
     config: ConfigFile = None,
 ) -> None:
     """The whole loop on one machine: broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer
     (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch or megatron,
     new weights loaded on the engine each step) and a live tap; every event prints as it lands."""
+    from consumers.trainer.config import device_error
     from cua_stream.demo import DemoPlan, demo_settings, tiny_model_dir
     from producers.config import producer_config
 
     if trainer_backend not in ("torch", "megatron"):  # before anything starts
         raise typer.BadParameter(f"{trainer_backend!r}: torch or megatron", param_hint="--trainer-backend")
+    if error := device_error(trainer_backend, trainer_device):
+        raise typer.BadParameter(error, param_hint="--trainer-device")
     plan = DemoPlan(steps=steps, group_size=group_size, turns=turns, concurrency=concurrency,
-                    trainer_backend=trainer_backend)  # fmt: skip
+                    trainer_backend=trainer_backend, trainer_device=trainer_device)  # fmt: skip
     file_data = load_file(config)
     trials = state_dir() / "demo-trials"
     producer_overrides = {

@@ -196,13 +196,17 @@ def tiny_config(size: str = "tiny") -> Qwen3VLConfig:
     )
 
 
-def build_model(seed: int = 0, size: str = "tiny") -> Qwen3VLForConditionalGeneration:
-    """Random weights from ``seed`` (the same seed gives the same model), with the LM head shaped."""
+def build_model(
+    seed: int = 0, size: str = "tiny", config: Qwen3VLConfig | None = None
+) -> Qwen3VLForConditionalGeneration:
+    """Random weights from ``seed`` (the same seed gives the same model), with the LM head shaped.
+    ``config``: a saved model's, read back, in place of ``size``'s (a host that builds the weights itself
+    from the config that travelled to it)."""
     import torch
     from transformers import Qwen3VLForConditionalGeneration
 
     torch.manual_seed(seed)
-    model = Qwen3VLForConditionalGeneration(tiny_config(size))
+    model = Qwen3VLForConditionalGeneration(config or tiny_config(size))
     _shape_weights(model, torch.Generator().manual_seed(seed + 1))
     return model.eval()
 

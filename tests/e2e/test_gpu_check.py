@@ -42,7 +42,7 @@ def test_the_dry_run_trains_three_steps_on_an_engine_it_did_not_start_and_prints
     for n in range(1, 8):
         assert f"gpu-check: {n}/7" in done.stdout, n
     assert "SGLang's parser accepts its flags" in done.stdout
-    assert "3 GRPO steps (megatron trainer)" in done.stdout  # megatron-bridge's Qwen3-VL trains (N item 2)
+    assert "3 GRPO steps (megatron trainer on cpu)" in done.stdout  # megatron trains (N item 2)
     assert "logprob gap trainer-engine: max" in done.stdout and "episodes per minute:" in done.stdout
     report = json.loads((tmp_path / "check" / "report.json").read_text())
     assert [s["policy_version"] for s in report["steps"]] == [1, 2, 3]

@@ -13,7 +13,8 @@
 # regex and pyyaml (the host's python3, or CUA_PROBE_PYTHON; the lent GPU machine's image holds them): megatron-core 0.19.2, megatron-bridge 0.6.2 and transformers 5.12.1 go in
 # from the wheels, into /tmp/cua-probe-site (on PYTHONPATH, ahead of the host's own transformers).
 # Exit 1 when a gap is over its goal (bf16 0.02, the seed's live check measured 0.012-0.017; float32 1e-3)
-# or an update did not reach the engine. CUA_PROBE_DEVICE: default cuda (cpu for a try on any host).
+# or an update did not reach the engine. CUA_PROBE_DEVICE: default cuda (cpu for a try on any host);
+# CUA_PROBE_SHAPE: tiny (default) or mid (804M parameters: the probe's MID_SHAPE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,14 +40,15 @@ case "${1:-}" in
     mkdir -p "$out"
     py=${CUA_PROBE_PYTHON:-python3}
     device=${CUA_PROBE_DEVICE:-cuda}
+    shape=${CUA_PROBE_SHAPE:-tiny}
     [ -d .whl ] && [ -d .gpu/tiny-files ] || { echo "megatron-gpu-probe: no .whl/ or .gpu/: run 'pack' first" >&2; exit 2; }
     site=/tmp/cua-probe-site
     "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
     export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
     status=0
-    "$py" scripts/megatron_gpu_probe.py .gpu/tiny-files --device "$device" --steps 3 \
+    "$py" scripts/megatron_gpu_probe.py .gpu/tiny-files --device "$device" --shape "$shape" --steps 3 \
       --report "$out/report-bf16.json" >"$out/probe-bf16.log" 2>&1 || status=1
-    "$py" scripts/megatron_gpu_probe.py .gpu/tiny-files --device "$device" --steps 2 --dtype float32 --max-gap 1e-3 \
+    "$py" scripts/megatron_gpu_probe.py .gpu/tiny-files --device "$device" --shape "$shape" --steps 2 --dtype float32 --max-gap 1e-3 \
       --report "$out/report-fp32.json" >"$out/probe-fp32.log" 2>&1 || status=1
     for log in "$out/probe-bf16.log" "$out/probe-fp32.log"; do
       echo "== $log"

@@ -54,12 +54,42 @@ def sync(device: str) -> float:
     return time.perf_counter()
 
 
-def make_model_dir(files: Path, out: Path, seed: int) -> Path:
-    """The tiny model's weights made here from ``files``' config, saved beside copies of its other files."""
+MID_SHAPE = {
+    "text_config": {
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+    },
+    "vision_config": {
+        "hidden_size": 512,
+        "depth": 8,
+        "num_heads": 8,
+        "intermediate_size": 2048,
+        "out_hidden_size": 1024,
+        "deepstack_visual_indexes": [2, 4, 6],
+        "num_position_embeddings": 2304,
+    },
+}
+"""``--shape mid``: Qwen3-0.6B's language model (28 layers of width 1024; M-RoPE sections 24/20/20 of its
+128-wide heads) under an 8-block vision tower, 804M parameters with the real vocabulary: times that are
+not only overheads. Still random weights."""
+
+
+def make_model_dir(files: Path, out: Path, seed: int, shape: str = "tiny") -> Path:
+    """The model's weights made here from ``files``' config (``shape`` ``mid``: resized to ``MID_SHAPE``),
+    saved beside copies of its other files."""
     from transformers import Qwen3VLConfig
 
     out.mkdir(parents=True, exist_ok=True)
-    model = build_model(seed, config=Qwen3VLConfig.from_pretrained(files))
+    settings = json.loads((files / "config.json").read_text())
+    if shape == "mid":
+        for part, sizes in MID_SHAPE.items():
+            settings[part].update(sizes)
+        settings["text_config"]["rope_parameters"]["mrope_section"] = [24, 20, 20]
+    model = build_model(seed, config=Qwen3VLConfig.from_dict(settings))
     with torch.no_grad():
         model.lm_head.weight[IM_END_ID] = 0.0  # replies run to their token budget
     model.save_pretrained(out)
@@ -180,7 +210,7 @@ def items_of(prompts: list[dict[str, torch.Tensor]], rollouts: list[Any], vocab:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     device, work = args.device, Path(tempfile.mkdtemp(prefix="megatron-gpu-probe-"))
     t = time.perf_counter()
-    model_dir = make_model_dir(Path(args.files), work / "v0", args.seed)
+    model_dir = make_model_dir(Path(args.files), work / "v0", args.seed, args.shape)
     prompts = prompt_inputs(model_dir, args.seed)
     dtype = getattr(torch, args.dtype)
     engine = load_engine(model_dir, device, dtype)
@@ -194,6 +224,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "torch": torch.__version__,
         "steps": [],
     }
+    report["parameters"] = sum(p.numel() for p in engine.parameters())
     report["setup_s"] = round(sync(device) - t, 2)
     for step in range(1, args.steps + 1):
         t0 = sync(device)
@@ -262,6 +293,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument(
+        "--shape", default="tiny", choices=("tiny", "mid"), help="the files' config, or MID_SHAPE"
+    )
+    parser.add_argument(
         "--dtype",
         default="bfloat16",
         choices=("bfloat16", "float32"),
@@ -278,7 +312,7 @@ def main(argv: list[str]) -> int:
     steps = report["steps"]
     gaps = [s["logprob_gap"] for s in steps]
     print(
-        f"device: {report['device']}, {report['dtype']} (torch {report['torch']}); set-up {report['setup_s']} s"
+        f"device: {report['device']}, {report['dtype']} (torch {report['torch']}); {report['parameters'] / 1e6:.0f}M parameters; set-up {report['setup_s']} s"
     )
     print(
         f"logprob gap trainer-engine: max {max(gaps):.3g} per step {', '.join(f'{g:.3g}' for g in gaps)}"

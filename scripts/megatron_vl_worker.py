@@ -314,8 +314,8 @@ class Trainer:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        weights = {
-            name: tensor.detach().to(torch.float32).contiguous().clone()
+        weights = {  # in the weights' own dtype: bf16 from a GPU (what the forward used; half float32's bytes)
+            name: tensor.detach().contiguous().clone()
             for name, tensor in self.bridge.export_hf_weights([self.model], cpu=True, show_progress=False)
         }
         save_file(weights, str(out / "model.safetensors"), metadata={"format": "pt"})

@@ -89,8 +89,14 @@ def demo(
         raise typer.BadParameter(f"{trainer_backend!r}: torch or megatron", param_hint="--trainer-backend")
     if error := device_error(trainer_backend, trainer_device):
         raise typer.BadParameter(error, param_hint="--trainer-device")
-    plan = DemoPlan(steps=steps, group_size=group_size, turns=turns, concurrency=concurrency,
-                    trainer_backend=trainer_backend, trainer_device=trainer_device)  # fmt: skip
+    plan = DemoPlan(
+        steps=steps,
+        group_size=group_size,
+        turns=turns,
+        concurrency=concurrency,
+        trainer_backend=trainer_backend,
+        trainer_device=trainer_device,
+    )
     file_data = load_file(config)
     trials = state_dir() / "demo-trials"
     producer_overrides = {

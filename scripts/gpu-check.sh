@@ -16,7 +16,8 @@
 # trains with the torch backend (CPU) instead; CUA_GPU_CHECK_TRAINER_DEVICE=cpu keeps megatron on the CPU.
 #
 # Environment: CUA_GPU_CHECK_HOME (state, logs, report; default a new temp dir), CUA_GPU_CHECK_PORT (SGLang's
-# port, default 30000), CUA_SGLANG_ARGS (extra launch_server flags), CUA_GPU_CHECK_MAX_GAP (default 0.02).
+# port, default 30000), CUA_GPU_CHECK_GATEWAY_PORT (the session gateway's, default SGLang's + 1),
+# CUA_SGLANG_ARGS (extra launch_server flags), CUA_GPU_CHECK_MAX_GAP (default 0.02).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,7 @@ esac
 home=${CUA_GPU_CHECK_HOME:-$(mktemp -d -t cua-gpu-check.XXXXXX)}
 mkdir -p "$home/logs"
 port=${CUA_GPU_CHECK_PORT:-30000}
+gateway_port=${CUA_GPU_CHECK_GATEWAY_PORT:-$((port + 1))}
 max_gap=${CUA_GPU_CHECK_MAX_GAP:-0.02}
 export CUA_HOME="$home"
 t0=$(date +%s)
@@ -123,7 +125,7 @@ fi
 say "6/7 the loop: 3 GRPO steps ($trainer trainer on $trainer_device) against http://127.0.0.1:$port (logs in $home)"
 timeout 600 .venv/bin/cua-stream demo --environment scripted --steps 3 --engine-url "http://127.0.0.1:$port" \
   --trainer-backend "$trainer" --trainer-device "$trainer_device" \
-  --gateway-port $((port + 1)) --report "$home/report.json" --no-keep-broker >"$home/logs/demo.log" 2>&1 \
+  --gateway-port "$gateway_port" --report "$home/report.json" --no-keep-broker >"$home/logs/demo.log" 2>&1 \
   || fail "6/7 the loop (see $home/logs/demo.log)"
 
 # 7. the numbers

@@ -20,11 +20,15 @@ pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.slow]
 
 
 def gpu_check(home: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    engine_port = free_port()
+    # the gateway's own free port: the engine's + 1 was once held by another test's process (EADDRINUSE)
+    gateway_port = next(port for port in iter(free_port, None) if port != engine_port)
     env = (
         os.environ
         | {
             "CUA_GPU_CHECK_HOME": str(home),
-            "CUA_GPU_CHECK_PORT": str(free_port()),
+            "CUA_GPU_CHECK_PORT": str(engine_port),
+            "CUA_GPU_CHECK_GATEWAY_PORT": str(gateway_port),
             "CUA_BROKER_PORT": str(broker_port()),
         }
         | env

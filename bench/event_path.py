@@ -1,7 +1,7 @@
 """The event path: producer → Kafka → scorer → a group ready in the trainer, against raw aiokafka moving the
 same bytes along the same path, side by side in one run (rounds alternate, medians compared).
 
-    .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 3] [--warmup 1]
+    .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 3] [--warmup 1] [--batch 200]
 
 cua-stream: a producer's ``EventProducer`` writes each episode's turns, then its outcome; the real scorer
 (``Scorer``: the exactly-once transform, a Kafka transaction per batch) turns outcomes into scores; the
@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
@@ -145,12 +146,14 @@ async def paced(
 # -- cua-stream ------------------------------------------------------------------------------------------
 
 
-async def cua_round(bootstrap: str, groups: list[list[Episode]], rate: float) -> tuple[float, Timing]:
+async def cua_round(
+    bootstrap: str, groups: list[list[Episode]], rate: float, batch: int
+) -> tuple[float, Timing]:
     bus = await fresh(bootstrap, "cua")
     timing, stop = Timing(), anyio.Event()
     async with anyio.create_task_group() as tg:
         await tg.start(
-            partial(Scorer(ScorerConfig(bus=bus)).run, stop=stop)
+            partial(Scorer(ScorerConfig(bus=bus, max_batch=batch)).run, stop=stop)
         )  # started: its partitions assigned
         ready = asyncio.Event()
         tg.start_soon(cua_trainer_side, bus, len(groups), len(groups[0]), timing, ready)
@@ -197,7 +200,9 @@ async def cua_trainer_side(
 # -- raw aiokafka ----------------------------------------------------------------------------------------
 
 
-async def raw_round(bootstrap: str, groups: list[list[Episode]], rate: float) -> tuple[float, Timing]:
+async def raw_round(
+    bootstrap: str, groups: list[list[Episode]], rate: float, batch: int
+) -> tuple[float, Timing]:
     bus = await fresh(bootstrap, "raw")
     topics = bus.topics()
     names = {spec: topics.name_of(spec) for spec in (TURNS, OUTCOMES, SCORES)}
@@ -215,13 +220,16 @@ async def raw_round(bootstrap: str, groups: list[list[Episode]], rate: float) ->
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **RAW_PRODUCER)
     await producer.start()
     parts = len(await producer.partitions_for(names[TURNS]))
+    keys = {g[0].group_id.encode() for g in groups}
+    # Raw sends through aiokafka's own partitioner, which places every key where cua-stream's does.
+    assert all(DefaultPartitioner()(k, list(range(parts)), []) == partition_of(k, parts) for k in keys)
 
     async def send(rec: Raw) -> None:
         topic, key, value, headers = rec
-        await producer.send(topic, value, key=key, headers=headers, partition=partition_of(key, parts))
+        await producer.send(topic, value, key=key, headers=headers)
 
     ready = asyncio.Event()
-    relaying = asyncio.create_task(raw_relay(bootstrap, names, scores, producer, parts, stop, ready))
+    relaying = asyncio.create_task(raw_relay(bootstrap, names, scores, producer, batch, stop, ready))
     reading = asyncio.create_task(raw_trainer_side(bootstrap, names, groups, timing))
     await ready.wait()
     index = {g[0].group_id: e for g, e in zip(groups, encoded, strict=True)}
@@ -246,12 +254,13 @@ async def raw_round(bootstrap: str, groups: list[list[Episode]], rate: float) ->
 
 
 async def raw_relay(
-    bootstrap: str, names: dict[TopicSpec, str], scores: dict[bytes, Raw], producer: AIOKafkaProducer, parts: int,
+    bootstrap: str, names: dict[TopicSpec, str], scores: dict[bytes, Raw], producer: AIOKafkaProducer, batch: int,
     stop: asyncio.Event, ready: asyncio.Event,
 ) -> None:  # fmt: skip
-    """Each outcome answered with its score's bytes; offsets committed after each batch."""
+    """Each outcome answered with its score's bytes; offsets committed after each batch (of the scorer's
+    ``max_batch`` at most, as the scorer's transactions are)."""
     consumer = AIOKafkaConsumer(names[OUTCOMES], bootstrap_servers=bootstrap, group_id=f"{names[OUTCOMES]}.relay",
-                                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=200)  # fmt: skip
+                                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=batch)  # fmt: skip
     await consumer.start()
     while not consumer.assignment():
         await consumer.getmany(timeout_ms=100)
@@ -262,9 +271,7 @@ async def raw_relay(
             for msgs in polled.values():
                 for msg in msgs:
                     topic, key, value, headers = scores[msg.value]
-                    await producer.send(
-                        topic, value, key=key, headers=headers, partition=partition_of(key, parts)
-                    )
+                    await producer.send(topic, value, key=key, headers=headers)
             if polled:
                 await producer.flush()
                 await consumer.commit()
@@ -308,7 +315,14 @@ def pct(values: list[float], q: float) -> float:
 
 
 async def main(
-    bootstrap: str, n_groups: int, group_size: int, turns: int, rate: float, rounds: int, warmup: int
+    bootstrap: str,
+    n_groups: int,
+    group_size: int,
+    turns: int,
+    rate: float,
+    rounds: int,
+    warmup: int,
+    batch: int,
 ) -> None:
     groups = episodes(n_groups, group_size, turns)
     n = n_groups * group_size
@@ -316,22 +330,23 @@ async def main(
     # heap once ready (their ``serve``); both paths run in it, so both get the same collector.
     freeze_startup_heap()
     print(
-        f"{n_groups} groups x {group_size} episodes x {turns} turns ({n} episodes); latency at {rate:g} groups/s"
+        f"{n_groups} groups x {group_size} episodes x {turns} turns ({n} episodes); latency at {rate:g} groups/s;"
+        f" at most {batch} outcomes per transaction"
     )
     # The broker's JVM compiles its hot paths during the first rounds (a first backlog here ran at half the
     # speed of the third), so uncounted backlog rounds of both paths come first.
     for r in range(warmup):
         for name, fn in (("cua-stream", cua_round), ("raw", raw_round)):
-            wall, _ = await fn(bootstrap, groups, 0.0)
+            wall, _ = await fn(bootstrap, groups, 0.0, batch)
             print(f"  warm-up {r + 1} {name:<10}: backlog {n / wall:7.0f} episodes/s (not counted)")
     walls: dict[str, list[float]] = {"cua-stream": [], "raw": []}
     lat: dict[str, list[float]] = {"cua-stream": [], "raw": []}
     scoring: list[float] = []
     for r in range(rounds):
         for name, fn in (("cua-stream", cua_round), ("raw", raw_round))[:: 1 if r % 2 == 0 else -1]:
-            wall, _ = await fn(bootstrap, groups, 0.0)
+            wall, _ = await fn(bootstrap, groups, 0.0, batch)
             walls[name].append(wall)
-            _, timing = await fn(bootstrap, groups, rate)
+            _, timing = await fn(bootstrap, groups, rate, batch)
             latencies = timing.latencies_ms()
             lat[name] += latencies
             scoring += timing.scoring_ms()
@@ -360,9 +375,15 @@ if __name__ == "__main__":
     ap.add_argument("--rate", type=float, default=20.0, help="Groups per second in the latency measure.")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1, help="Uncounted backlog rounds of each path first.")
+    ap.add_argument(
+        "--batch",
+        type=int,
+        default=ScorerConfig().max_batch,
+        help="Outcomes per scorer transaction (and per relay commit) at most: scorer.max_batch.",
+    )
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     a = ap.parse_args()
-    args = (a.groups, a.group_size, a.turns, a.rate, a.rounds, a.warmup)
+    args = (a.groups, a.group_size, a.turns, a.rate, a.rounds, a.warmup, a.batch)
     if a.bootstrap:
         asyncio.run(main(a.bootstrap, *args))
     else:

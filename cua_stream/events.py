@@ -409,10 +409,13 @@ def tag_of(event: Event | type[Event]) -> str:
     return event.__struct_config__.tag  # type: ignore[return-value]
 
 
+_SCHEMA_HEADER = ("schema", SCHEMA.encode())
+
+
 def headers_for(event: Event) -> list[tuple[str, bytes]]:
     """Kafka record headers: enough to route or filter without decoding the payload."""
     headers = [
-        ("schema", SCHEMA.encode()),
+        _SCHEMA_HEADER,
         ("type", tag_of(event).encode()),
         ("run_id", event.run_id.encode()),
     ]

@@ -53,10 +53,16 @@ def episode_id_of(group_id: str, sample_index: int) -> str:
 def identity_problem(run_id: str, group_id: str, episode_id: str) -> str | None:
     """What is wrong with an episode's ids, or None: each is required, printable, and at most
     ``MAX_ID_LENGTH`` characters (ids go into keys, headers, file names and log lines)."""
-    for name, value in zip(ID_FIELDS, (run_id, group_id, episode_id), strict=True):
-        if not value or len(value) > MAX_ID_LENGTH or not value.isprintable():
-            return f"{name}: required, printable, at most {MAX_ID_LENGTH} characters (got {value[:80]!r})"
-    return None
+    if _fine(run_id) and _fine(group_id) and _fine(episode_id):
+        return None  # the common case, with no loop: every record is checked twice (produced, consumed)
+    name, value = next(
+        (n, v) for n, v in zip(ID_FIELDS, (run_id, group_id, episode_id), strict=True) if not _fine(v)
+    )
+    return f"{name}: required, printable, at most {MAX_ID_LENGTH} characters (got {value[:80]!r})"
+
+
+def _fine(value: str) -> bool:
+    return 0 < len(value) <= MAX_ID_LENGTH and value.isprintable()
 
 
 def layout_seed(work: WorkRequest) -> int:

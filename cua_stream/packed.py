@@ -47,11 +47,10 @@ def enc_hook(obj: Any) -> Any:
 
 def dec_hook(typ: type, obj: Any) -> Any:
     if typ in _ARRAY_TYPES:
+        if isinstance(obj, (bytes, bytearray, list)):
+            return typ(obj)  # array() takes bytes as frombytes() does, a list (from JSON) as extend() does
         out = typ()
-        if isinstance(obj, (bytes, bytearray, memoryview)):
-            out.frombytes(obj)
-        else:  # JSON renders arrays as lists
-            out.extend(obj)
+        out.frombytes(obj)  # a memoryview: array() would iterate it as single bytes
         return out
     raise NotImplementedError(f"cannot decode {typ.__name__}")
 

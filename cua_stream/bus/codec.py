@@ -11,7 +11,6 @@ import hashlib
 import json
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -38,6 +37,7 @@ from cua_stream.events import (
 from cua_stream.identity import identity_problem
 from cua_stream.topics import TopicSpec
 
+_SCHEMA = SCHEMA.encode()
 Headers = tuple[tuple[str, bytes | None], ...]
 """Record headers as consumed (a value may be null)."""
 
@@ -56,9 +56,10 @@ _NAME = 256
 """Bytes kept of a header name."""
 
 
-@dataclass(frozen=True, slots=True)
-class OutRecord:
-    """A record ready for the producer."""
+class OutRecord(msgspec.Struct, frozen=True):
+    """A record ready for the producer. (Records are made and read a few times per episode event: a
+    Struct is built in ~0.3 µs, a frozen dataclass in ~3 µs, its fields set one by one through
+    ``object.__setattr__``.)"""
 
     topic: str
     key: bytes | None
@@ -66,8 +67,7 @@ class OutRecord:
     headers: list[tuple[str, bytes | None]]
 
 
-@dataclass(frozen=True, slots=True)
-class Delivery:
+class Delivery(msgspec.Struct, frozen=True):
     """A consumed record: the decoded event plus where it came from (and its raw bytes, for replay)."""
 
     event: AnyEvent
@@ -130,7 +130,7 @@ def decode_record(
 ) -> Delivery:
     """Decode a consumed record or raise a RecordError saying why it must be dead-lettered."""
     schema = header(headers, "schema")
-    if schema is not None and schema != SCHEMA.encode():
+    if schema is not None and schema != _SCHEMA:
         raise UnknownSchema(f"schema header {schema!r}; this reader knows {SCHEMA!r}")
     if value is None:
         raise UndecodableRecord("null value (tombstone) on a topic that carries no tombstones")

@@ -149,7 +149,10 @@ def test_our_partitioner_is_kafkas_default_for_every_key() -> None:
         parts = list(range(n))
         for _ in range(300):
             key = rng.randbytes(rng.randrange(0, 40))
-            assert partition_of(key, n) == DefaultPartitioner()(key, parts, parts)
+            kafkas = DefaultPartitioner()(key, parts, parts)
+            assert partition_of(key, n) == kafkas
+            assert partition_of(key, n) == kafkas  # memoised: the second answer is the first's
+            assert partition_of(bytearray(key), n) == kafkas
 
 
 def test_the_policy_table_decides_what_a_handler_failure_means() -> None:

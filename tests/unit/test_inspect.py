@@ -4,7 +4,6 @@ named; an episode's tree shows its retry, compaction, ignored attempt, sample ow
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -161,7 +160,7 @@ def test_a_step_record_the_records_do_not_rebuild_is_a_named_mismatch(
 
 def test_a_discarded_episode_that_was_trained_is_a_mismatch() -> None:
     records = deliveries()
-    discarded = replace(
+    discarded = msgspec.structs.replace(
         records[-3], event=msgspec.structs.replace(SCORES[1], verdict=Discard(reason="abandoned"))
     )
     batch = rebuild_step(STEP, [*records[:-3], discarded], StepRules())

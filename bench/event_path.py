@@ -254,13 +254,24 @@ async def raw_round(
 
 
 async def raw_relay(
-    bootstrap: str, names: dict[TopicSpec, str], scores: dict[bytes, Raw], producer: AIOKafkaProducer, batch: int,
-    stop: asyncio.Event, ready: asyncio.Event,
-) -> None:  # fmt: skip
+    bootstrap: str,
+    names: dict[TopicSpec, str],
+    scores: dict[bytes, Raw],
+    producer: AIOKafkaProducer,
+    batch: int,
+    stop: asyncio.Event,
+    ready: asyncio.Event,
+) -> None:
     """Each outcome answered with its score's bytes; offsets committed after each batch (of the scorer's
     ``max_batch`` at most, as the scorer's transactions are)."""
-    consumer = AIOKafkaConsumer(names[OUTCOMES], bootstrap_servers=bootstrap, group_id=f"{names[OUTCOMES]}.relay",
-                                enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=batch)  # fmt: skip
+    consumer = AIOKafkaConsumer(
+        names[OUTCOMES],
+        bootstrap_servers=bootstrap,
+        group_id=f"{names[OUTCOMES]}.relay",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=batch,
+    )
     await consumer.start()
     while not consumer.assignment():
         await consumer.getmany(timeout_ms=100)

@@ -27,6 +27,8 @@ from cua_stream.packed import Logprobs, TokenIds, dec_hook, enc_hook, json_enc_h
 
 SCHEMA = "cua-stream/1"
 """Wire schema name and major version; carried in every record's ``schema`` header."""
+SCHEMA_BYTES = SCHEMA.encode()
+"""The ``schema`` header's value, as written and as checked (encoded once, not per record)."""
 
 # ---------------------------------------------------------------------------------------------------
 # Building blocks (not records on their own)
@@ -409,13 +411,10 @@ def tag_of(event: Event | type[Event]) -> str:
     return event.__struct_config__.tag  # type: ignore[return-value]
 
 
-_SCHEMA_HEADER = ("schema", SCHEMA.encode())
-
-
 def headers_for(event: Event) -> list[tuple[str, bytes]]:
     """Kafka record headers: enough to route or filter without decoding the payload."""
     headers = [
-        _SCHEMA_HEADER,
+        ("schema", SCHEMA_BYTES),
         ("type", tag_of(event).encode()),
         ("run_id", event.run_id.encode()),
     ]

@@ -24,6 +24,7 @@ from cua_stream.errors import (
 )
 from cua_stream.events import (
     SCHEMA,
+    SCHEMA_BYTES,
     AnyEvent,
     DeadLetter,
     EpisodeEvent,
@@ -37,7 +38,6 @@ from cua_stream.events import (
 from cua_stream.identity import identity_problem
 from cua_stream.topics import TopicSpec
 
-_SCHEMA = SCHEMA.encode()
 Headers = tuple[tuple[str, bytes | None], ...]
 """Record headers as consumed (a value may be null)."""
 
@@ -130,7 +130,7 @@ def decode_record(
 ) -> Delivery:
     """Decode a consumed record or raise a RecordError saying why it must be dead-lettered."""
     schema = header(headers, "schema")
-    if schema is not None and schema != _SCHEMA:
+    if schema is not None and schema != SCHEMA_BYTES:
         raise UnknownSchema(f"schema header {schema!r}; this reader knows {SCHEMA!r}")
     if value is None:
         raise UndecodableRecord("null value (tombstone) on a topic that carries no tombstones")

@@ -21,7 +21,14 @@ from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_replay_tap import cli
 from tests.integration.test_trainer_drops import publish as publish_groups
 from tests.integration.test_trainer_resume import RUN
-from tests.unit.test_metrics_sinks import drop, log_order, step, tensorboard_points, wandb_history, work
+from tests.unit.test_metrics_sinks import (
+    drop,
+    log_order,
+    step,
+    tensorboard_points,
+    wandb_history_settled,
+    work,
+)
 
 __all__ = ["tiny_model_dir"]  # fixture
 
@@ -69,7 +76,7 @@ async def test_export_metrics_writes_each_step_once(bus_config: BusConfig, tmp_p
         exported = cli(bus_config, "export-metrics", "--run", "r1", "--to", "wandb", str(wb))
         assert exported.returncode == 0, exported.stderr
     assert "wrote 0 of 4 step(s)" in exported.stdout
-    assert [r["step"] for r in wandb_history(wb)] == [1, 2, 3, 4]
+    assert [r["step"] for r in wandb_history_settled(wb, rows=4)] == [1, 2, 3, 4]
 
 
 def test_export_metrics_refuses_an_unknown_kind(bus_config: BusConfig, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import pytest
@@ -148,8 +149,8 @@ def wandb_history(root: Path) -> list[dict[str, float]]:
                 pos += left_in_block
                 continue
             length, kind = struct.unpack_from("<HB", data, pos + 4)
-            if kind == 0 and length == 0:
-                break
+            if (kind == 0 and length == 0) or pos + 7 + length > len(data):
+                break  # the end, or a record wandb-core is still writing
             payload += data[pos + 7 : pos + 7 + length]
             pos += 7 + length
             if kind in (1, 4):  # a whole record, or the last piece of one
@@ -164,6 +165,21 @@ def wandb_history(root: Path) -> list[dict[str, float]]:
     return rows
 
 
+def wandb_files(root: Path) -> list[tuple[str, int]]:
+    return [(str(p.relative_to(root)), p.stat().st_size) for p in sorted(root.glob("wandb/offline-run-*/*"))]
+
+
+def wandb_history_settled(root: Path, rows: int, within_s: float = 30.0) -> list[dict[str, float]]:
+    """The history once it holds ``rows`` rows, or as it is after ``within_s``. wandb-core, a process of
+    its own, writes the file; once in a loaded CI run the last writer's step was missing right after
+    ``finish()`` returned (not reproduced alone or under CPU load), so the read waits for the writer
+    instead of racing it. A step written twice or never still fails."""
+    deadline = time.monotonic() + within_s
+    while len(got := wandb_history(root)) < rows and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return got
+
+
 def test_an_offline_wandb_run_holds_each_step_once_across_writers(tmp_path: Path) -> None:
     first = MetricsSink(WandbWriter(tmp_path, "r1"))
     assert first.write(log_order()[:5]) == [1, 2]
@@ -171,8 +187,8 @@ def test_an_offline_wandb_run_holds_each_step_once_across_writers(tmp_path: Path
     again = MetricsSink(WandbWriter(tmp_path, "r1"))
     assert again.write(log_order()) == [3]
     again.close()
-    rows = wandb_history(tmp_path)
-    assert [r["step"] for r in rows] == [1, 2, 3]
+    rows = wandb_history_settled(tmp_path, rows=3)
+    assert [r["step"] for r in rows] == [1, 2, 3], wandb_files(tmp_path)
     assert [r["train/reward_mean"] for r in rows] == [0.5, 0.75, 0.5]
     assert rows[1]["drops/timeout"] == 1.0 and rows[1]["time/finished_at"] == 1002.0
     assert (tmp_path / WANDB_MARKER).read_text() == '{"r1": 3}'

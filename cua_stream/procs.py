@@ -1,17 +1,24 @@
 """``cua-stream`` daemons as child processes: started, waited on until healthy, stopped on exit.
 
 The demo runs the engine and the gateway this way, and so do the tests that need them as real servers.
+No child outlives the command that started it: a SIGTERM to the command stops its children as Ctrl-C
+does, and a command killed outright (``kill -9``) takes them with it (the kernel's parent-death signal).
+Before, ``kill <learn>`` left its engine, gateway and teacher serving, holding their ports.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 import httpx
 
@@ -65,13 +72,17 @@ def children(specs: list[Child], timeout_s: float = 180.0) -> Iterator[list[subp
     overlap (an engine's and a gateway's are mostly imports, ~4 s each of one core). One that exits or
     stays unhealthy raises with the end of its log; all are stopped on the way out, last started first."""
     procs: list[subprocess.Popen[bytes]] = []
+    restore = _sigterm_interrupts()
     try:
         for args, _, log in specs:
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("ab") as out:
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "cua_stream", *args], stdout=out, stderr=subprocess.STDOUT
+                        [sys.executable, "-m", "cua_stream", *args],
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        preexec_fn=_die_with(os.getpid()),
                     )
                 )
         deadline = time.monotonic() + timeout_s
@@ -79,13 +90,54 @@ def children(specs: list[Child], timeout_s: float = 180.0) -> Iterator[list[subp
             _wait_healthy(proc, args, health_url, log, deadline, timeout_s)
         yield procs
     finally:
-        for proc in reversed(procs):  # one at a time: a gateway stops while its engine still answers
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        try:
+            for proc in reversed(procs):  # one at a time: a gateway stops while its engine still answers
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        finally:
+            restore()
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """What a child runs before exec: ask the kernel for SIGTERM when its parent dies. The signal follows
+    the forking *thread*, so it is asked only of children started from the main thread (a worker thread
+    ending would stop them); a child whose parent died before it asked stops at once."""
+    if threading.current_thread() is not threading.main_thread() or not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(
+        None, use_errno=True
+    ).prctl  # resolved here: the child between fork and exec only calls
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return arm
+
+
+def _sigterm_interrupts() -> Callable[[], None]:
+    """SIGTERM raises KeyboardInterrupt while children run, so the command unwinds and stops them as
+    Ctrl-C would; the handler before is put back after. A command that handles SIGTERM itself, or one
+    not on the main thread (signals reach only that one), keeps what it has."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    before = signal.getsignal(signal.SIGTERM)
+    if before is not signal.SIG_DFL:
+        return lambda: None
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, before)
 
 
 def _wait_healthy(

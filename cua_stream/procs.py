@@ -111,9 +111,8 @@ def _die_with(parent: int) -> Callable[[], None] | None:
     ending would stop them); a child whose parent died before it asked stops at once."""
     if threading.current_thread() is not threading.main_thread() or not sys.platform.startswith("linux"):
         return None
-    prctl = ctypes.CDLL(
-        None, use_errno=True
-    ).prctl  # resolved here: the child between fork and exec only calls
+    # resolved here, in the parent: between fork and exec the child only calls it
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
 
     def arm() -> None:
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -3,17 +3,18 @@ probe for click-box (issue O): the desktop's own screenshots, taken from ``learn
 with its layout seed, so the target box is known; the model is trained on the reply a click needs
 (``{"x": X, "y": Y}`` in computer-1's 0..999 grid) and asked, greedily, on screenshots it never saw.
 
-    .venv/bin/python bench/grounding.py RUN_DIR [RUN_DIR ...] [--sizes tiny,small] [--held-out 96]
-        [--epochs 8] [--prompt short|computer-1] [--train N] [--budget-s 600]
+    .venv/bin/python bench/grounding.py RUN_DIR [RUN_DIR ...] [--sizes tiny,small] [--held-out 64]
+        [--epochs 8] [--prompt short|computer-1] [--train N | --synthetic N] [--budget-s 600]
 
 No desktop, engine or Kafka: the model, its processor and chat template are ``cua-stream``'s own
-(``models.tiny``), the screenshots are real (``desktop/logs/agent/screenshot_init.webp``, the first
-screen the agent saw). The screen <-> page map is fitted from the oracle's clicks in the same trials
-(the oracle clicks each target's centre, found by its colour on the screen). Success: the greedy click
-lands inside the target box, as the task's verdict counts it; a blind policy's is the best fixed
-click's (printed beside it). ``--prompt computer-1`` puts the agent's real instructions (from the
-trial's ``prompt.txt``, ~4k tokens) before the screenshot, as GRPO's episodes have them; ``short`` a
-one-line question. Configurations run side by side, each with the same examples and seed.
+(``models.tiny``); the screenshots are real (``desktop/logs/agent/screenshot_init.webp``, the first
+screen the agent saw), each target found on its screen by its colour as the oracle finds it. With
+``--synthetic N`` the model trains on N screens drawn from them instead (``synthetic``), and is still
+measured on the real held-out screens. Success: the greedy click lands inside the target box, as the
+task's verdict counts it; a blind policy's is the best fixed click's on the held-out screens (printed
+beside it). ``--prompt computer-1`` puts the agent's real instructions (from the trial's
+``prompt.txt``, ~4k tokens) before the screenshot, as GRPO's episodes have them; ``short`` a one-line
+question. Model sizes run one after the other on the same examples and seed.
 """
 
 from __future__ import annotations
@@ -129,7 +130,9 @@ def synthetic(base: Shot, seed: int, task: str) -> Shot:
 
 
 def blind(boxes: list[tuple[int, int, int, int]], step: int = 4) -> float:
-    """The best fixed click's success over ``boxes`` (screen pixels; points every ``step`` px)."""
+    """The best fixed click's success over ``boxes`` (screen pixels; points every ``step`` px). Not
+    ``tasks.blind.best_fixed_click``: that one counts page pixels per layout, and the page's place on
+    the screen varies here (the top panel)."""
     best = 0
     for px in range(0, 800, step):
         for py in range(0, 600, step):
@@ -151,7 +154,7 @@ class Probe:
         self.proc = build_processor(self.tok)
         self.model = build_model(seed, size).train()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
-        self.prompt, self.size = prompt, size
+        self.prompt = prompt
 
     def inputs(self, shot: Shot) -> dict[str, Any]:
         from PIL import Image
@@ -189,9 +192,9 @@ class Probe:
             losses.append(float(loss.detach()))
         return sum(losses) / len(losses)
 
-    def click(self, shot: Shot) -> tuple[int, int] | None:
+    def click(self, x: dict[str, Any]) -> tuple[int, int] | None:
+        """The greedy click for one screen's ``inputs``."""
         with self.torch.no_grad():
-            x = self.inputs(shot)
             out = self.model.generate(**x, max_new_tokens=16, do_sample=False)
         m = CLICK.search(self.tok.decode(out[0, x["input_ids"].shape[1] :]))
         return (int(m[1]), int(m[2])) if m else None
@@ -231,6 +234,7 @@ def main() -> None:
         probe = Probe(size, args.seed, args.prompt)
         t0 = time.monotonic()
         examples = [probe.example(s, to_grid(s.pixels, *centre(s.target))) for s in train]
+        asked = [probe.inputs(s) for s in held]  # processed once, asked after every epoch
         print(
             f"[{size}, {args.prompt} prompt] {examples[0]['input_ids'].shape[1]} tokens an example; "
             f"tokenized in {time.monotonic() - t0:.0f} s"
@@ -239,7 +243,7 @@ def main() -> None:
         for epoch in range(1, args.epochs + 1):
             loss = probe.epoch(examples, rng)
             trained_s = time.monotonic() - start
-            clicks = [probe.click(s) for s in held]
+            clicks = [probe.click(x) for x in asked]
             ok = sum(
                 1 for s, c in zip(held, clicks, strict=True) if c and hits(s.target, to_screen(s.pixels, c))
             )

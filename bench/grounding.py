@@ -153,7 +153,7 @@ class Probe:
         self.tok = build_tokenizer()
         self.proc = build_processor(self.tok)
         self.model = build_model(seed, size).train()
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-3, weight_decay=0.0, fused=True)
         self.prompt = prompt
 
     def inputs(self, shot: Shot) -> dict[str, Any]:

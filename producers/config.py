@@ -9,7 +9,7 @@ from typing import Any, Literal
 import msgspec
 
 from cua_stream.config import BusConfig, ConfigError, Secret, stage_config, state_dir
-from cua_stream.identity import is_eval_run
+from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 
 OWN_ENVIRONMENTS = ("local-desktop", "scripted")
 """The environments cua-stream brings; any other name is one of Harbor's (``docker``, ``daytona``, ...)."""
@@ -30,6 +30,12 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     ``eval-...``). Each lane reads the work topic in its own consumer group and passes over the other's
     work, so an evaluation beside training runs on its own producers, gateway and engine, and a
     training producer never plays an evaluation episode with training's weights (nor the reverse)."""
+    runs: list[str] = []
+    """Only these runs' work (a run id equal to one, or one followed by ``-``; in the ``eval`` lane after
+    ``eval-``); empty: every run's of the lane. Such a producer reads in a consumer group of its own (see
+    ``group``), so the lane's shared group never has work passed over, and work that a killed command left
+    on the topic is not played by the next one's producers (a ``learn`` run played a stopped run's 80
+    demonstrations before its own)."""
     concurrency: int = 2
     """Episodes run at once (each runs its own desktop: Xvfb, xfce4 and Chromium)."""
     max_starts_per_s: float = 100.0
@@ -115,15 +121,23 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ConfigError("producer.max_staleness: must be >= 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError("producer.metrics_port: must be 0..65535")
+        if any(not run or run.startswith(EVAL_RUN_PREFIX) for run in self.runs):
+            raise ConfigError(
+                f"producer.runs: run ids, not empty and without {EVAL_RUN_PREFIX!r}: {self.runs}"
+            )
 
     @property
     def group(self) -> str:
         lane = "producers" if self.lane == "train" else "eval-producers"
-        return self.group_id or f"{self.bus.topic_prefix}.{lane}"
+        shared = self.group_id or f"{self.bus.topic_prefix}.{lane}"
+        return f"{shared}.{'.'.join(self.runs)}" if self.runs else shared
 
     def takes(self, run_id: str) -> bool:
-        """Whether work of ``run_id`` is this producer's lane's."""
-        return is_eval_run(run_id) == (self.lane == "eval")
+        """Whether work of ``run_id`` is this producer's: its lane's, and of its ``runs`` when it has some."""
+        if is_eval_run(run_id) != (self.lane == "eval"):
+            return False
+        own = run_id.removeprefix(EVAL_RUN_PREFIX) if self.lane == "eval" else run_id
+        return not self.runs or any(own == run or own.startswith(f"{run}-") for run in self.runs)
 
     @property
     def trials_path(self) -> Path:

@@ -180,7 +180,7 @@ class Producer:
                 if not isinstance(work, WorkRequest):  # the codec admits only work requests here
                     consumer.processed(delivery)
                     continue
-                if not self.config.takes(work.run_id):  # the other lane's (its own group runs it)
+                if not self.config.takes(work.run_id):  # the other lane's or run's (its own group runs it)
                     self.metrics.passed_over.inc()
                     consumer.processed(delivery)
                     continue

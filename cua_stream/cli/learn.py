@@ -145,6 +145,7 @@ def learn(
             **plan.producer_settings(),
             "gateway_url": f"http://127.0.0.1:{gateway_port}",
             "trials_dir": str(home / "trials"),
+            "runs": [run],  # its own work only: a stopped run's left on the topic is not played
         },
     )
     require_desktop()

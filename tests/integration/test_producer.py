@@ -312,3 +312,36 @@ async def test_training_and_evaluation_lanes_each_run_only_their_own_work(
     for lane, p in lanes.items():
         assert "cua_producer_work_passed_over_total 2\n" in p.metrics.registry.render(), lane
         assert await committed(bus_config, p.config.group) == 4  # past its own work and the other lane's
+
+
+async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the_shared_group_alone(
+    bus_config: BusConfig, keyed_gateway: str
+) -> None:
+    """Work a stopped command left on the topic (run ``gone``) before a new command's own (``mine``, its
+    training work and its evaluation's): the new command's producers (``runs=["mine"]``, one per lane) run
+    only ``mine``'s, each in a group of its own, and the lanes' shared groups commit nothing."""
+    gone, mine, mine_eval = work("gone", 2, 1), work("mine-grpo", 1, 2), work("eval-mine-base", 1, 1)
+    await publish(bus_config, *gone, mine[0], *mine_eval, mine[1])
+    base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
+                          max_turns=1, concurrency=2, bus=bus_config, runs=["mine"])  # fmt: skip
+    lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
+    with anyio.fail_after(240):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            for p in lanes.values():
+                await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
+
+            async def own_out() -> bool:
+                return len(await outcomes(bus_config)) >= 3
+
+            await wait_until(own_out, 0.5)
+            await anyio.sleep(2.0)  # time to (wrongly) start a stopped run's episode, were it taken
+            stop.set()
+    got = sorted(o.episode_id for o in await outcomes(bus_config))
+    assert got == sorted(w.episode_id for w in mine + mine_eval)  # the stopped run's: none
+    for lane, p in lanes.items():
+        assert p.config.group.endswith(".mine"), lane
+        assert await committed(bus_config, p.config.group) == 5  # past its own work and the others'
+    shared = {"train": "producers", "eval": "eval-producers"}
+    for lane in lanes:
+        assert await committed(bus_config, f"{bus_config.topic_prefix}.{shared[lane]}") == 0, lane

@@ -74,6 +74,22 @@ async def committed(bus: BusConfig, group: str) -> int:
     return sum(o.offset for tp, o in offsets.items() if tp.topic == bus.topics().name_of(WORK))
 
 
+async def run_lanes(lanes: dict[str, Producer], bus: BusConfig, *, until: int, linger_s: float = 0.0) -> None:
+    """The lanes' producers side by side until ``until`` outcomes are out, and ``linger_s`` more."""
+    with anyio.fail_after(240):
+        async with anyio.create_task_group() as tg:
+            stop = anyio.Event()
+            for p in lanes.values():
+                await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
+
+            async def out() -> bool:
+                return len(await outcomes(bus)) >= until
+
+            await wait_until(out, 0.5)
+            await anyio.sleep(linger_s)
+            stop.set()
+
+
 async def test_each_work_request_gets_one_outcome_its_turns_share_the_attempt_and_commits_follow(
     bus_config: BusConfig, keyed_gateway: str
 ) -> None:
@@ -294,17 +310,7 @@ async def test_training_and_evaluation_lanes_each_run_only_their_own_work(
                           max_turns=1, concurrency=2, bus=bus_config)  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
     assert lanes["train"].config.group != lanes["eval"].config.group
-    with anyio.fail_after(240):
-        async with anyio.create_task_group() as tg:
-            stop = anyio.Event()
-            for p in lanes.values():
-                await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
-
-            async def all_out() -> bool:
-                return len(await outcomes(bus_config)) >= 4
-
-            await wait_until(all_out, 0.5)
-            stop.set()
+    await run_lanes(lanes, bus_config, until=4)
     got = await outcomes(bus_config)
     assert sorted(o.episode_id for o in got) == sorted(
         w.episode_id for w in training + evaluation
@@ -325,18 +331,7 @@ async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the
     base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
                           max_turns=1, concurrency=2, bus=bus_config, runs=["mine"])  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
-    with anyio.fail_after(240):
-        async with anyio.create_task_group() as tg:
-            stop = anyio.Event()
-            for p in lanes.values():
-                await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
-
-            async def own_out() -> bool:
-                return len(await outcomes(bus_config)) >= 3
-
-            await wait_until(own_out, 0.5)
-            await anyio.sleep(2.0)  # time to (wrongly) start a stopped run's episode, were it taken
-            stop.set()
+    await run_lanes(lanes, bus_config, until=3, linger_s=2.0)  # time to (wrongly) start a stopped run's work
     got = sorted(o.episode_id for o in await outcomes(bus_config))
     assert got == sorted(w.episode_id for w in mine + mine_eval)  # the stopped run's: none
     for lane, p in lanes.items():

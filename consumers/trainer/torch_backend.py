@@ -88,7 +88,7 @@ class TorchBackend:
             self.reference.eval().requires_grad_(False)
         # fused: the same update, one kernel per tensor. The embedding and head (152k rows each) are most
         # of the weights, so the unfused update was most of a small step: an SFT step of one screenshot
-        # took 0.31 -> 0.20 s on tiny, 1.10 -> 0.64 s on small (bench/trainer_optimizer.py)
+        # took 0.31 -> 0.20 s on tiny, 1.07 -> 0.64 s on small (bench/trainer_optimizer.py)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, fused=True)
         self.image_token_id = int(self.model.config.image_token_id)
 

@@ -37,16 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from cua_stream.binding.coordinates import GRID_MAX
 from cua_stream.tasks.blind import target_box
-from cua_stream.tasks.pages import BANNER_H, BOX_JITTER_X, BOX_JITTER_Y, PAGE_H, PAGE_W, layout
+from cua_stream.tasks.pages import layout
 from cua_stream.tasks.policies import find_color
-
-PAGE_BACKGROUND = (245, 245, 245)
-"""The task page's background as the desktop's Chromium shows it (measured on its screenshots)."""
+from cua_stream.tasks.redraw import redraw
 
 SHORT = "Click the colored box. Reply with the click's x and y on the 0-999 grid."
 CLICK = re.compile(r'"x": (\d+), "y": (\d+)')
-SYNTHETIC_SEEDS = 1 << 40
-"""Synthetic layouts' seeds start here: apart from every real trial's (evaluation, demonstration, GRPO)."""
+SYNTHETIC_SEEDS = 2**39
+"""Synthetic layouts' seeds start here: apart from every real trial's (GRPO's below 2^32, demonstrations'
+from 2^32, evaluations' and probes' from 2^40). Measurements before 2026-12-05 drew from 2^40, the
+evaluations' first layouts: held-out screens of ``learn``'s evaluations had been drawn in training too."""
 
 
 @dataclass(frozen=True)
@@ -108,25 +108,18 @@ def shots(run_dirs: list[Path], task: str) -> tuple[list[Shot], int]:
 
 
 def synthetic(base: Shot, seed: int, task: str) -> Shot:
-    """A first screen for layout ``seed`` drawn on ``base``'s: its page area repainted with the page's
-    background and ``seed``'s boxes painted where ``base``'s page puts them (the page is flat fills on
-    a flat background), then through lossy WebP as the desktop's screenshots are."""
-    from PIL import Image, ImageDraw
+    """A first screen for layout ``seed`` drawn on ``base``'s (``tasks.redraw``, as ``learn --drawn-demos``
+    draws them), then through lossy WebP as the desktop's screenshots are."""
+    from PIL import Image
 
-    page_x, page_y, _, _ = target_box(layout(task, base.seed))
-    ox, oy = base.target[0] - page_x, base.target[1] - page_y  # where base's page sits on its screen
-    img = Image.fromarray(base.pixels)
-    draw = ImageDraw.Draw(img)
-    area = (ox, oy + BANNER_H, ox + PAGE_W + BOX_JITTER_X, oy + BANNER_H + PAGE_H + BOX_JITTER_Y)
-    draw.rectangle(area, fill=PAGE_BACKGROUND)
-    lay = layout(task, seed)
-    for e in lay.elements:
-        draw.rectangle((ox + e.x, oy + e.y, ox + e.x + e.w - 1, oy + e.y + e.h - 1), fill=e.color)
-    out = io.BytesIO()
-    img.save(out, format="WEBP", quality=80)
-    x, y, w, h = target_box(lay)
-    pixels = np.asarray(Image.open(out).convert("RGB"))
-    return Shot(seed, pixels, base.instructions, (ox + x, oy + y, w, h))
+    from cua_stream.binding.screenshots import encode
+
+    new = redraw(base.pixels, layout(task, base.seed), layout(task, seed))
+    if new is None:
+        raise ValueError(f"layout {base.seed}'s target is not on its first screen")
+    data = encode(Image.fromarray(new.pixels), "WEBP")
+    pixels = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    return Shot(seed, pixels, base.instructions, new.target)
 
 
 def blind(boxes: list[tuple[int, int, int, int]], step: int = 4) -> float:

@@ -43,6 +43,8 @@ def plan_problem(plan: LearnPlan) -> str | None:
     checks: list[tuple[str, bool, str]] = [
         ("seed", 0 <= plan.seed <= MAX_SEED, f"in 0..{MAX_SEED} (its layouts stay below evaluation's, 2^40)"),
         ("demo_seeds", 1 <= plan.demo_seeds <= per_kind, f"in 1..{per_kind}"),
+        ("drawn_demos", 0 <= plan.drawn_demos <= per_kind, f"in 0..{per_kind}"),
+        ("sft_batch_size", plan.sft_batch_size >= 1, "at least 1"),
         ("eval_episodes", 1 <= plan.eval_episodes <= per_kind, f"in 1..{per_kind}"),
         ("probe_episodes", 1 <= plan.probe_episodes <= per_kind, f"in 1..{per_kind}"),
         ("sft_epochs", plan.sft_epochs >= 1, "at least 1"),
@@ -84,6 +86,11 @@ class LearnPlan:
     """The tasks demonstrated for SFT; empty: the same as ``tasks``."""
     demo_seeds: int = 24
     """Oracle demonstrations per task (one layout each)."""
+    drawn_demos: int = 0
+    """First screens drawn from the recorded demonstrations' for SFT, on layouts of their own
+    (``consumers.trainer.drawn``; click-box only): the agent's real first prompt, the screen redrawn,
+    the click moved. 16 recorded click-box demonstrations left the small model clicking the target on 0
+    of 8 held-out layouts; 1,200 drawn screens, offline, on 0.59 of 32 (docs/learning.md)."""
     eval_episodes: int = 4
     """Episodes per task that measure the base policy, before SFT."""
     sft_epochs: int = 30
@@ -107,6 +114,8 @@ class LearnPlan:
     probe_episodes: int = 16
     """Sampled episodes per probe (~1 min on 2 cores)."""
     sft_lr: float = 1e-3
+    sft_batch_size: int = 4
+    """Samples per SFT step. The drawn screens were measured offline one per step (at lr 1e-3)."""
     steps: int = 200
     """In practice the time budget ends the run first."""
     group_size: int = 4
@@ -174,6 +183,11 @@ class LearnPlan:
     def demo_layouts(self) -> list[int]:
         base = SEED_SPACE + self.seed * 10 * EVAL_OFFSET
         return [base + i for i in range(self.demo_seeds)]
+
+    def drawn_layouts_from(self) -> int:
+        """The drawn screens' first layout seed: the demonstrations' block, one ``EVAL_OFFSET`` on (so
+        apart from the recorded ones, every other ``--seed``'s, GRPO's and the evaluations')."""
+        return SEED_SPACE + self.seed * 10 * EVAL_OFFSET + EVAL_OFFSET
 
     def evaluation_plan(self) -> EvalPlan:
         """The base, SFT and GRPO policies' evaluation: ``eval_episodes`` held-out layouts per task."""

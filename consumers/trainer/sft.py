@@ -50,6 +50,13 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     seed: int = 0
     blob_dir: str = ""
     """The blob store the gateway wrote the screenshots to; empty: ``<state dir>/blobs``."""
+    drawn: int = 0
+    """First screens to draw from the demonstrations' (``consumers.trainer.drawn``), one per layout
+    seed from ``drawn_seed`` on: the recorded first call replayed on a new layout, its screen redrawn and
+    its click moved. Only tasks whose page can be redrawn (``tasks.redraw.DRAWABLE_TASKS``)."""
+    drawn_seed: int = 2**39
+    """The drawn screens' first layout seed: between GRPO's (CRC-32s, below 2^32) and the evaluations'
+    (2^40 and up), so no drawn layout is one a policy is trained or measured on."""
     bus: BusConfig = BusConfig()
 
     def __post_init__(self) -> None:
@@ -63,6 +70,8 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             raise ConfigError("sft.lr and sft.temperature: must be > 0")
         if self.target_nll is not None and self.target_nll <= 0:
             raise ConfigError("sft.target_nll: must be > 0 (or unset: train all the epochs)")
+        if self.drawn < 0 or self.drawn_seed < 0:
+            raise ConfigError("sft.drawn and sft.drawn_seed: must be >= 0")
 
     @property
     def out(self) -> Path:
@@ -80,6 +89,10 @@ class Demonstrations:
     """Demonstration episodes (rewarded) the samples come from."""
     rejected: dict[str, int]
     """Episodes of the runs left out, by why (their verdict, or ``no calls``)."""
+    firsts: tuple[CallRecord, ...] = ()
+    """Each demonstration episode's first call (what ``drawn`` draws from)."""
+    drawn: int = 0
+    """Of ``samples``, how many were drawn (the last ones)."""
 
 
 def demonstrations(
@@ -94,6 +107,7 @@ def demonstrations(
     for call in calls:
         by_attempt.setdefault((call.episode_id, call.attempt), []).append(call)
     samples: list[Sample] = []
+    firsts: list[CallRecord] = []
     rejected: dict[str, int] = {}
     episodes = 0
     for score in sorted(scores, key=lambda s: s.episode_id):
@@ -110,7 +124,8 @@ def demonstrations(
             continue
         episodes += 1
         samples.extend(assemble(mine, max_seq_len=max_seq_len).samples)
-    return Demonstrations(tuple(samples), episodes, rejected)
+        firsts.append(min(mine, key=lambda c: c.seq))
+    return Demonstrations(tuple(samples), episodes, rejected, tuple(firsts))
 
 
 def worth_measuring(epoch_loss: float, target_nll: float | None) -> bool:

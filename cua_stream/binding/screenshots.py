@@ -112,9 +112,15 @@ def fit_data_url(data_url: str, *, max_pixels: int = DEFAULT_MAX_PIXELS, min_pix
         if size == image.size and image.format in _MIME:
             return f"data:{_MIME[fmt]};base64,{payload}"
         resized = image.convert("RGB").resize(size, Image.Resampling.BICUBIC)
+    return f"data:{_MIME[fmt]};base64,{base64.b64encode(encode(resized, fmt)).decode('ascii')}"
+
+
+def encode(image: Image.Image, fmt: str) -> bytes:
+    """``image`` as a screenshot in format ``fmt`` is sent: WebP at Harbor's quality, PNG and JPEG as
+    such, any other format as PNG."""
     out = io.BytesIO()
     if fmt == "WEBP":
-        resized.save(out, format="WEBP", quality=WEBP_QUALITY)
+        image.save(out, format="WEBP", quality=WEBP_QUALITY)
     else:
-        resized.save(out, format=fmt)
-    return f"data:{_MIME[fmt]};base64,{base64.b64encode(out.getvalue()).decode('ascii')}"
+        image.save(out, format=fmt if fmt in _MIME else "PNG")
+    return out.getvalue()

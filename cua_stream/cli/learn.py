@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,8 +17,8 @@ import typer
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
 from cua_stream.cli._learn_report import curve_of, report
+from cua_stream.cli._learn_sft import Evaluations, Prober, sft, sft_end
 from cua_stream.cli._stack import (
-    Serving,
     Steps,
     broker_and_topics,
     engine_and_gateway,
@@ -31,8 +30,6 @@ from cua_stream.config import BusConfig, state_dir
 from cua_stream.rollouts import rollouts, run_episodes
 
 if TYPE_CHECKING:
-    from consumers.trainer.sft_run import EpochStats
-    from cua_stream.evaluate import Evaluation
     from cua_stream.evaluation.results import EvalResults
     from cua_stream.events import EvalReport, TrainStep
     from cua_stream.learn import LearnPlan
@@ -55,6 +52,11 @@ def learn(
     ] = "click-test",
     demo_tasks: Annotated[str, typer.Option(help="Tasks demonstrated for SFT (default: --tasks).")] = "",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
+    drawn_demos: Annotated[
+        int,
+        typer.Option(help="First screens drawn from the click-box demonstrations' on new layouts, for SFT."),
+    ] = 0,
+    sft_batch_size: Annotated[int, typer.Option(help="Samples per SFT step.")] = 4,
     eval_episodes: Annotated[
         int, typer.Option(help="Held-out layouts per task measuring the base, SFT and GRPO policies.")
     ] = 4,
@@ -125,17 +127,35 @@ def learn(
 
     started = time.monotonic()
     plan = _plan(
-        seed=seed, model_size=model_size, tasks=tuple(parse_tasks(tasks)),
-        demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (), demo_seeds=demos, eval_episodes=eval_episodes,
-        sft_epochs=sft_epochs, sft_target_nll=sft_target_nll or None,
-        sft_start_success=sft_start_success or None, sft_probe_nll=sft_probe_nll, probe_episodes=probe_episodes,
+        seed=seed,
+        model_size=model_size,
+        tasks=tuple(parse_tasks(tasks)),
+        demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (),
+        demo_seeds=demos,
+        drawn_demos=drawn_demos,
+        eval_episodes=eval_episodes,
+        sft_epochs=sft_epochs,
+        sft_batch_size=sft_batch_size,
+        sft_target_nll=sft_target_nll or None,
+        sft_start_success=sft_start_success or None,
+        sft_probe_nll=sft_probe_nll,
+        probe_episodes=probe_episodes,
         probes_per_epoch=probes_per_epoch,
-        steps=steps, group_size=group_size, groups_per_step=groups_per_step, lr=lr,
-        lr_warmup_steps=lr_warmup_steps, passes=passes, kl_coef=kl_coef, negative_scale=negative_scale,
+        steps=steps,
+        group_size=group_size,
+        groups_per_step=groups_per_step,
+        lr=lr,
+        lr_warmup_steps=lr_warmup_steps,
+        passes=passes,
+        kl_coef=kl_coef,
+        negative_scale=negative_scale,
         loss_reduction=loss_reduction,
         max_parse_errors=max_parse_errors or None,
-        temperature=temperature, top_k=top_k, min_p=min_p, concurrency=concurrency,
-    )  # fmt: skip
+        temperature=temperature,
+        top_k=top_k,
+        min_p=min_p,
+        concurrency=concurrency,
+    )
     file_data = load_file(config)
     run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
     home = state_dir() / "learn" / run
@@ -154,7 +174,7 @@ def learn(
     _, bus = broker_and_topics(file_data, step)
     producer = msgspec.structs.replace(producer, bus=bus)
     sampling = sampling_of(plan.temperature, plan.max_new_tokens, top_k=plan.top_k, min_p=plan.min_p)
-    evals = _Evaluations(run, home / "eval", Evaluation(plan.evaluation_plan(), producer, sampling))
+    evals = Evaluations(run, home / "eval", Evaluation(plan.evaluation_plan(), producer, sampling))
     timings: dict[str, float] = {}
 
     step(f"building the base policy ({plan.model_size} random Qwen3-VL, seed {seed})")
@@ -179,12 +199,13 @@ def learn(
     recorded = success_by_task(demonstrations, scores)
     out.print(f"    base policy success: {_rates(before)}; oracle demonstrations rewarded: {_pct(recorded)}")
 
-    step(f"SFT on the rewarded demonstrations, {_sft_end(plan)}")
+    step(f"SFT on the rewarded demonstrations, {sft_end(plan)}")
     t0 = time.monotonic()
     with ExitStack() as probe_stack:
-        prober = _Prober(plan, _Evaluations(run, evals.home, Evaluation(plan.probe_plan(), producer, sampling)),
-                         base, probe_stack, engine_port=engine_port, gateway_port=gateway_port, logs=logs)  # fmt: skip
-        sft_model = _sft(plan, bus, base, home, f"{run}-oracle", prober)
+        probes = Evaluations(run, evals.home, Evaluation(plan.probe_plan(), producer, sampling))
+        ports = {"engine_port": engine_port, "gateway_port": gateway_port}
+        prober = Prober(plan, probes, base, probe_stack, **ports, logs=logs)
+        sft_model = sft(plan, bus, base, home, f"{run}-oracle", prober)
     timings["SFT"] = time.monotonic() - t0
 
     with engine_and_gateway(
@@ -240,94 +261,6 @@ def _blind(plan: LearnPlan, run: str, bus: BusConfig) -> EvalReport:
     return blind
 
 
-@dataclass(frozen=True)
-class _Evaluations:
-    """``learn``'s evaluations: ``cua-stream eval``'s (``ev``) of whatever policy the gateway serves,
-    under the run id ``eval-<run>-<name>``, written to ``home/<name>.json`` and published on the evals
-    topic under the policy name ``name`` (base, sft, grpo, sft-e<epoch>)."""
-
-    run: str
-    home: Path
-    ev: Evaluation
-
-    async def of(self, name: str) -> EvalResults:
-        from cua_stream.evaluate import evaluate, publish_report
-        from cua_stream.evaluation.report import report_of
-        from cua_stream.evaluation.results import save
-        from cua_stream.identity import EVAL_RUN_PREFIX
-
-        results = await evaluate(self.ev, f"{EVAL_RUN_PREFIX}{self.run}-{name}", name)
-        save(self.home / f"{name}.json", results)
-        await publish_report(self.ev.producer.bus, report_of(results))
-        return results
-
-
-def _sft_end(plan: LearnPlan) -> str:
-    ends = []
-    if plan.sft_start_success:
-        ends.append(
-            f"until {plan.probe_episodes} sampled episodes on new layouts succeed {plan.sft_start_success:.0%} "
-            f"of the time (probed {_per_epoch(plan.probes_per_epoch)} from NLL {plan.sft_probe_nll:g})"
-        )
-    if plan.sft_target_nll:
-        ends.append(f"until the demonstrations' token NLL is {plan.sft_target_nll:g}")
-    return " or ".join(ends) + f", at most {plan.sft_epochs} epochs" if ends else f"{plan.sft_epochs} epochs"
-
-
-class _Prober:
-    """Judges SFT's weights by the policy's own episodes: an engine and gateway (started at the first
-    probe) load each probed epoch's weights, and an evaluation of ``plan.probe_episodes`` layouts per
-    task runs as GRPO's episodes will (its sampling, layouts nobody trains or is measured on)."""
-
-    def __init__(
-        self, plan: LearnPlan, evals: _Evaluations, base: Path, stack: ExitStack, *,
-        engine_port: int, gateway_port: int, logs: Path,
-    ) -> None:  # fmt: skip
-        self.plan, self.evals, self.base, self.stack = plan, evals, base, stack
-        self.ports, self.logs = (engine_port, gateway_port), logs
-        self.serving: Serving | None = None
-        self.history: list[dict[str, Any]] = []
-
-    def __call__(self, weights: Path, epoch: EpochStats) -> bool:
-        from cua_stream.learn import overall
-
-        if self.serving is None:
-            self.serving = self.stack.enter_context(
-                engine_and_gateway(self.base, self.evals.ev.producer.bus, engine_port=self.ports[0],
-                                   gateway_port=self.ports[1], logs=self.logs)
-            )  # fmt: skip
-        results = anyio.run(self._evaluate, weights, len(self.history) + 1, f"sft-e{epoch.epoch:g}")
-        s = overall(results)
-        success = s.success_rate or 0.0  # nothing scored: no sign of a warm policy
-        self.history.append({"epoch": epoch.epoch, "nll": epoch.nll or 0.0, "success": success,
-                             "low": s.interval.low, "high": s.interval.high, "run_id": results.run_id})  # fmt: skip
-        enough = self.plan.warm_enough(success)
-        out.print(
-            f"    epoch {epoch.epoch:g}: {success:.0%} of {s.scored} sampled episodes succeed "
-            f"(95% CI {s.interval.low:.2f}-{s.interval.high:.2f})" + (" — GRPO starts here" if enough else "")
-        )
-        return enough
-
-    async def _evaluate(self, weights: Path, version: int, name: str) -> EvalResults:
-        import httpx
-
-        from consumers.trainer.weights import push_weights
-
-        assert self.serving is not None
-        async with httpx.AsyncClient() as http:
-            await push_weights(http, engine_url=self.serving.engine_url, gateway_url=self.serving.gateway_url,
-                               weights=weights, version=version)  # fmt: skip
-        return await self.evals.of(name)
-
-
-def _per_epoch(n: int) -> str:
-    if n == 1:
-        return "after each epoch"
-    if n == 2:
-        return "halfway through each epoch and after it"
-    return f"{n} times an epoch"
-
-
 def _sampling(plan: LearnPlan) -> str:
     said = f"at temperature {plan.temperature:g}"
     if plan.top_k != -1:
@@ -366,38 +299,6 @@ def _rates(results: EvalResults) -> str:
         )
         or "none"
     )
-
-
-def _sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, prober: _Prober) -> Path:
-    from consumers.trainer.sft import SftConfig
-    from consumers.trainer.sft_run import Probe, read_demonstrations, train
-
-    config = SftConfig(
-        run_ids=[demo_run], model_path=str(base), out_dir=str(home / "sft"), epochs=plan.sft_epochs,
-        target_nll=plan.sft_target_nll, lr=plan.sft_lr, seed=plan.seed, bus=bus,
-    )  # fmt: skip
-    demos = anyio.run(read_demonstrations, config)
-    if not demos.samples:
-        out.print("[red]no rewarded demonstration to train on[/red]")
-        raise typer.Exit(1)
-    result = train(
-        config,
-        demos,
-        on_epoch=lambda e: out.print(
-            f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"
-            + ("" if e.nll is None else f", NLL after it {e.nll:.3f}")
-        ),
-        probe=Probe(plan.sft_probe_nll, prober, plan.probes_per_epoch) if plan.sft_start_success else None,
-    )
-    ended = (
-        "the start reached" if result.probed_enough
-        else "the NLL floor reached" if result.reached_target else "the last epoch"
-    )  # fmt: skip
-    out.print(
-        f"    demonstration token NLL {result.nll_before:.2f} -> {result.nll_after:.3f} after "
-        f"{result.epochs[-1].epoch:g} epochs ({ended})"
-    )
-    return result.out
 
 
 async def _grpo(

@@ -26,6 +26,12 @@ def sft(
     batch_size: Annotated[int | None, typer.Option(help="Samples per optimizer step (default 4).")] = None,
     lr: Annotated[float | None, typer.Option(help="Learning rate (default 1e-4).")] = None,
     blob_dir: Annotated[str | None, typer.Option(help="The gateway's screenshot blob store.")] = None,
+    drawn: Annotated[
+        int | None,
+        typer.Option(
+            help="First screens to draw from the demonstrations' on new layouts (click-box; default 0)."
+        ),
+    ] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     config: ConfigFile = None,
@@ -53,6 +59,7 @@ def sft(
             "batch_size": batch_size,
             "lr": lr,
             "blob_dir": blob_dir,
+            "drawn": drawn,
         },
     )
     cfg = msgspec.structs.replace(cfg, bus=make_bus(bootstrap, prefix, config))
@@ -60,7 +67,9 @@ def sft(
     demos = anyio.run(read_demonstrations, cfg)
     skipped = ", ".join(f"{why} x{n}" for why, n in sorted(demos.rejected.items())) or "none"
     out.print(
-        f"demonstrations: {demos.episodes} episode(s), {len(demos.samples)} sample(s); left out: {skipped}"
+        f"demonstrations: {demos.episodes} episode(s), {len(demos.samples)} sample(s)"
+        + (f" ({demos.drawn} of them drawn)" if demos.drawn else "")
+        + f"; left out: {skipped}"
     )
     if not demos.samples:
         out.print(f"[red]no demonstration of runs {', '.join(cfg.run_ids)} to train on[/red]")

@@ -11,9 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from cua_stream.procs import child
+from cua_stream.tasks.pages import BOX_H, BOX_W, layout
+from cua_stream.tasks.policies import find_color
 from tests.conftest import broker_port, free_port
 
 pytestmark = [
@@ -99,5 +103,37 @@ def test_oracle_demonstrations_are_recorded_through_the_gateway_and_train_the_po
             env=env,
         )
         assert none.returncode == 2 and "no demonstration of runs nothing-here" in none.stdout
+
+        # click-box's first screens drawn on new layouts (issue O): the recorded first call replayed on
+        # screens redrawn from the desktop's own, each in the blob store with the click moved onto its target
+        boxes = cli(
+            "record-oracle", "--tasks", "click-box", "--seeds", "3", "--run-id", "boxes",
+            "--engine-port", str(free_port()), "--gateway-port", str(free_port()),
+            "--policies-port", str(free_port()), env=env,
+        )  # fmt: skip
+        assert boxes.returncode == 0, boxes.stdout[-3000:] + boxes.stderr[-3000:]
+        blobs = tmp_path / "home" / "blobs"
+        recorded = {p for p in blobs.rglob("*") if p.is_file()}
+        drawn = cli(
+            "sft", "--run-id", "boxes", "--model-path", str(tiny_model_dir()), "--out", str(tmp_path / "drawn"),
+            "--epochs", "1", "--drawn", "4", "--bootstrap", f"127.0.0.1:{port}", env=env,
+        )  # fmt: skip
+        assert drawn.returncode == 0, drawn.stdout[-3000:] + drawn.stderr[-3000:]
+        assert re.search(
+            r"demonstrations: 3 episode\(s\), 7 sample\(s\) \(4 of them drawn\)", drawn.stdout
+        ), drawn.stdout
+        screens = {p for p in blobs.rglob("*") if p.is_file()} - recorded
+        layouts = [layout("click-box", 2**39 + i) for i in range(4)]
+        assert len(screens) == 4
+        kinds = set()
+        for path in recorded:
+            with Image.open(path) as image:
+                kinds.add((image.format, image.size))
+        for path in screens:
+            with Image.open(path) as image:
+                assert (image.format, image.size) in kinds  # the recorded screens' own format and size
+                pixels = np.asarray(image.convert("RGB"))
+            colors = [lay.element("target").color for lay in layouts]
+            assert any(find_color(pixels, c, aspect=BOX_W / BOX_H) for c in colors), path
     finally:
         cli("broker", "stop", env=env)

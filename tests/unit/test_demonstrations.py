@@ -94,6 +94,8 @@ def test_sft_config_errors_name_the_field(tmp_path: object) -> None:
         convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": "/nowhere"})
     with pytest.raises(ConfigError, match="sft.target_nll"):
         convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": model, "target_nll": 0})
+    with pytest.raises(ConfigError, match="sft.drawn"):
+        convert(SftConfig, "sft", {"run_ids": ["r"], "model_path": model, "drawn": -1})
 
 
 def test_the_nll_is_measured_only_once_the_running_loss_is_near_the_target() -> None:

@@ -24,7 +24,7 @@ from cua_stream.blobs import BlobStore
 from cua_stream.events import CallRecord, ImageRef
 from cua_stream.packed import Logprobs, TokenIds
 from cua_stream.tasks.pages import Layout, layout
-from cua_stream.tasks.redraw import DRAWABLE_TASKS, redraw
+from cua_stream.tasks.redraw import DRAWABLE_TASKS, page_origin, redraw
 
 
 class Tokenizer(Protocol):
@@ -104,7 +104,7 @@ def draw(bases: Sequence[Drawable], seeds: Sequence[int], blobs: BlobStore, toke
             fmt = image.format or "PNG"
             pixels = np.asarray(image.convert("RGB"))
         reply = tokenizer.decode(base.call.completion_ids, skip_special_tokens=False)
-        if redraw(pixels, base.seen, base.seen) is not None and moved_click(reply, (0, 0)) is not None:
+        if page_origin(pixels, base.seen) is not None and moved_click(reply, (0, 0)) is not None:
             usable.append((base, pixels, fmt, reply))
     samples: list[Sample] = []
     for i, seed in enumerate(seeds if usable else ()):

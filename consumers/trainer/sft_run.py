@@ -30,6 +30,12 @@ class EpochStats:
     nll: float | None = None
     """The demonstrations' mean token NLL after the epoch, when it was measured (``target_nll``)."""
 
+    def said(self, of: int | None = None) -> str:
+        """The epoch's line for a log (``of``: the most epochs)."""
+        which = f"{self.epoch:g}" + (f"/{of}" if of else "")
+        line = f"epoch {which}: loss {self.loss:.3f} over {self.tokens} tokens ({self.seconds:.1f} s)"
+        return line + ("" if self.nll is None else f"; NLL after it {self.nll:.3f}")
+
 
 @dataclass(frozen=True)
 class SftResult:

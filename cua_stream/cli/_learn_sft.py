@@ -15,6 +15,7 @@ from cua_stream.cli._stack import Serving, engine_and_gateway, out
 from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
+    from consumers.trainer.sft import Demonstrations, SftConfig
     from consumers.trainer.sft_run import EpochStats
     from cua_stream.evaluate import Evaluation
     from cua_stream.evaluation.results import EvalResults
@@ -145,7 +146,6 @@ def sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, 
         epochs=plan.sft_epochs,
         target_nll=plan.sft_target_nll,
         lr=plan.sft_lr,
-        batch_size=plan.sft_batch_size,
         seed=plan.seed,
         drawn=plan.drawn_demos,
         drawn_seed=plan.drawn_layouts_from(),
@@ -156,17 +156,11 @@ def sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, 
         out.print("[red]no rewarded demonstration to train on[/red]")
         raise typer.Exit(1)
     if plan.drawn_demos:
-        out.print(
-            f"    {len(demos.samples) - demos.drawn} samples of {demos.episodes} recorded demonstrations and "
-            f"{demos.drawn} first screens drawn from them on new layouts"
-        )
+        config, demos = _drawn_first(plan, config, demos, home)
     result = train(
         config,
         demos,
-        on_epoch=lambda e: out.print(
-            f"    epoch {e.epoch}: loss {e.loss:.3f} ({e.seconds:.0f} s)"
-            + ("" if e.nll is None else f", NLL after it {e.nll:.3f}")
-        ),
+        on_epoch=lambda e: out.print(f"    {e.said()}"),
         probe=Probe(plan.sft_probe_nll, prober, plan.probes_per_epoch) if plan.sft_start_success else None,
     )
     ended = (
@@ -181,3 +175,36 @@ def sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, 
         f"{result.epochs[-1].epoch:g} epochs ({ended})"
     )
     return result.out
+
+
+def _drawn_first(
+    plan: LearnPlan, config: SftConfig, demos: Demonstrations, home: Path
+) -> tuple[SftConfig, Demonstrations]:
+    """``plan.drawn_epochs`` passes over the drawn first screens and the recorded samples, one a step; then
+    the SFT proper's config (from those weights) and samples (the recorded ones: the drawn are first turns
+    only, and among 1,200 of them the recorded demonstrations' later turns were lost)."""
+    import dataclasses
+
+    import msgspec
+
+    from consumers.trainer.sft_run import train
+
+    recorded = len(demos.samples) - demos.drawn
+    if not demos.drawn:
+        out.print("    [yellow]no first screen could be drawn (click-box's, with its target on it)[/yellow]")
+        return config, demos
+    out.print(
+        f"    first {plan.drawn_epochs} epochs over {demos.drawn} first screens drawn from the {demos.episodes} "
+        f"recorded demonstrations on new layouts, with their {recorded} samples, one a step"
+    )
+    drawn = msgspec.structs.replace(
+        config,
+        out_dir=str(home / "sft-drawn"),
+        epochs=plan.drawn_epochs,
+        target_nll=None,
+        batch_size=plan.drawn_batch_size,
+    )
+    weights = train(drawn, demos, on_epoch=lambda e: out.print(f"    drawn {e.said(plan.drawn_epochs)}")).out
+    out.print("    then SFT on the recorded demonstrations alone")
+    recorded_only = dataclasses.replace(demos, samples=demos.samples[:recorded], drawn=0)
+    return msgspec.structs.replace(config, model_path=str(weights)), recorded_only

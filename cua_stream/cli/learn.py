@@ -56,7 +56,9 @@ def learn(
         int,
         typer.Option(help="First screens drawn from the click-box demonstrations' on new layouts, for SFT."),
     ] = 0,
-    sft_batch_size: Annotated[int, typer.Option(help="Samples per SFT step.")] = 4,
+    drawn_epochs: Annotated[
+        int, typer.Option(help="Passes over the drawn screens before SFT on the recorded demonstrations.")
+    ] = 2,
     eval_episodes: Annotated[
         int, typer.Option(help="Held-out layouts per task measuring the base, SFT and GRPO policies.")
     ] = 4,
@@ -133,9 +135,9 @@ def learn(
         demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (),
         demo_seeds=demos,
         drawn_demos=drawn_demos,
+        drawn_epochs=drawn_epochs,
         eval_episodes=eval_episodes,
         sft_epochs=sft_epochs,
-        sft_batch_size=sft_batch_size,
         sft_target_nll=sft_target_nll or None,
         sft_start_success=sft_start_success or None,
         sft_probe_nll=sft_probe_nll,

@@ -77,10 +77,7 @@ def sft(
     result = train(
         cfg,
         demos,
-        on_epoch=lambda e: out.print(
-            f"    epoch {e.epoch}/{cfg.epochs}: loss {e.loss:.3f} over {e.tokens} tokens ({e.seconds:.1f} s)"
-            + ("" if e.nll is None else f"; NLL after it {e.nll:.3f}")
-        ),
+        on_epoch=lambda e: out.print(f"    {e.said(cfg.epochs)}"),
     )
     if result.reached_target:
         out.print(f"stopped at epoch {len(result.epochs)}: the NLL reached the target {cfg.target_nll:g}")

@@ -208,3 +208,12 @@ def test_a_probe_is_judged_at_equal_shares_of_an_epoch() -> None:
     assert Probe(1.0, never, per_epoch=2).points(1) == {1}  # one batch: judged at the end only
     with pytest.raises(ValueError, match="per_epoch: 1 or more, not 0"):
         Probe(1.0, never, per_epoch=0)
+
+
+def test_an_sft_epochs_line_says_its_loss_tokens_time_and_nll() -> None:
+    from consumers.trainer.sft_run import EpochStats
+
+    assert EpochStats(2, 0.5, 100, 1.5, 0.2).said(10) == (
+        "epoch 2/10: loss 0.500 over 100 tokens (1.5 s); NLL after it 0.200"
+    )
+    assert EpochStats(8.5, 0.25, 7, 30.0).said() == "epoch 8.5: loss 0.250 over 7 tokens (30.0 s)"

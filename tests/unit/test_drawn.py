@@ -181,3 +181,13 @@ def test_demonstrations_keep_each_rewarded_episodes_first_call() -> None:
     ]
     demos = demonstrations(scores, calls)
     assert [(c.episode_id, c.seq) for c in demos.firsts] == [("a", 0)]
+
+
+def test_sfts_nll_is_measured_on_every_recorded_sample_and_the_first_drawn_ones() -> None:
+    from consumers.trainer.sft import Demonstrations
+    from consumers.trainer.sft_run import MEASURED_DRAWN, _measured
+
+    samples = tuple(call(i, None, [1], [2]) for i in range(10 + 2 * MEASURED_DRAWN))
+    demos = Demonstrations(samples, episodes=10, rejected={}, drawn=2 * MEASURED_DRAWN)  # type: ignore[arg-type]
+    assert _measured(demos) == samples[: 10 + MEASURED_DRAWN]
+    assert _measured(Demonstrations(samples[:10], episodes=10, rejected={})) == samples[:10]  # type: ignore[arg-type]

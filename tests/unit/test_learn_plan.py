@@ -159,7 +159,7 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
         ("--lr-warmup-steps", "-1", "0 (none) or more"),
         ("--probes-per-epoch", "0", "at least 1"),
         ("--drawn-demos", "-1", "in 0..999999"),
-        ("--sft-batch-size", "0", "at least 1"),
+        ("--drawn-epochs", "0", "at least 1"),
     ],
 )
 def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:

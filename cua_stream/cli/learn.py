@@ -109,6 +109,9 @@ def learn(
         float, typer.Option(help="GRPO drops tokens below min_p x the likeliest's probability (0: none).")
     ] = 0.1,
     budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
+    grpo_minutes: Annotated[
+        float, typer.Option(help="Stop GRPO when it has run this long, too (0: only --budget-minutes).")
+    ] = 0.0,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
     engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
     gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
@@ -157,6 +160,7 @@ def learn(
         top_k=top_k,
         min_p=min_p,
         concurrency=concurrency,
+        grpo_minutes=grpo_minutes or None,
     )
     file_data = load_file(config)
     run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
@@ -218,15 +222,13 @@ def learn(
         after_sft = anyio.run(evals.of, "sft")
         timings["evaluations after SFT and GRPO"] = eval_s = time.monotonic() - t0
         out.print(f"    SFT policy success: {_rates(after_sft)}")
-        # the step in progress at the deadline still finishes, then the GRPO policy's evaluation (as long
-        # as the SFT policy's took) and the curve: keep room for them
-        deadline = started + budget_minutes * 60 - WRAP_UP_S - eval_s
+        t0 = time.monotonic()
+        deadline = grpo_deadline(plan, started, t0, budget_minutes * 60, eval_s)
         step(
             f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
             f"episodes on new layouts (sampling {_sampling(plan)}; {_update(plan)}), ending within "
-            f"{budget_minutes:g} min of the start"
+            f"{budget_minutes:g} min of the start" + _own_bound(plan)
         )
-        t0 = time.monotonic()
         trained = anyio.run(_grpo, plan, producer, sft_model, s.engine_url, f"{run}-grpo", home, deadline)
         timings["GRPO"] = time.monotonic() - t0
         step(f"evaluating the GRPO policy ({plan.eval_episodes} held-out layouts per task)")
@@ -241,6 +243,22 @@ def learn(
     report(
         plan, curve, blind, evaluated, trained, timings, prober.history, home, run, time.monotonic() - started
     )
+
+
+def grpo_deadline(
+    plan: LearnPlan, started: float, grpo_started: float, budget_s: float, eval_s: float
+) -> float:
+    """When GRPO stops taking steps: the step in progress then still finishes, then the GRPO policy's
+    evaluation (as long as the SFT policy's took) and the curve, so room is kept for them; with
+    ``plan.grpo_minutes``, also that long after GRPO's start (less the room for its last step)."""
+    deadline = started + budget_s - WRAP_UP_S - eval_s
+    if plan.grpo_minutes is not None:
+        deadline = min(deadline, grpo_started + plan.grpo_minutes * 60 - WRAP_UP_S)
+    return deadline
+
+
+def _own_bound(plan: LearnPlan) -> str:
+    return "" if plan.grpo_minutes is None else f" and {plan.grpo_minutes:g} min of its own"
 
 
 def _blind(plan: LearnPlan, run: str, bus: BusConfig) -> EvalReport:

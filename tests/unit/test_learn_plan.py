@@ -160,6 +160,7 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
         ("--probes-per-epoch", "0", "at least 1"),
         ("--drawn-demos", "-1", "in 0..999999"),
         ("--drawn-epochs", "0", "at least 1"),
+        ("--grpo-minutes", "-5", "0 (no bound of its own) or more"),
     ],
 )
 def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:
@@ -172,6 +173,16 @@ def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says
                          text=True, timeout=120, env=env)  # fmt: skip
     said = " ".join((res.stdout + res.stderr).replace("│", " ").split())
     assert res.returncode == 2 and flag in said and says in said, said
+
+
+def test_grpo_stops_at_the_runs_budget_or_its_own_whichever_comes_first() -> None:
+    from cua_stream.cli.learn import WRAP_UP_S, grpo_deadline
+
+    # the run started at 0; SFT and its evaluation (100 s) ended at 3000 s; a 90-minute budget
+    whole = 90 * 60 - WRAP_UP_S - 100
+    assert grpo_deadline(LearnPlan(), 0, 3000, 90 * 60, 100) == whole
+    assert grpo_deadline(LearnPlan(grpo_minutes=30), 0, 3000, 90 * 60, 100) == 3000 + 30 * 60 - WRAP_UP_S
+    assert grpo_deadline(LearnPlan(grpo_minutes=60), 0, 3000, 90 * 60, 100) == whole
 
 
 def test_demonstrations_cover_grpos_tasks_unless_told_otherwise() -> None:

@@ -1,7 +1,7 @@
 """The event path: producer → Kafka → scorer → a group ready in the trainer, against raw aiokafka moving the
 same bytes along the same path, side by side in one run (rounds alternate, medians compared).
 
-    .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 3] [--warmup 1] [--batch 200]
+    .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 5] [--warmup 1] [--batch 200]
 
 cua-stream: a producer's ``EventProducer`` writes each episode's turns, then its outcome; the real scorer
 (``Scorer``: the exactly-once transform, a Kafka transaction per batch) turns outcomes into scores; the
@@ -384,7 +384,7 @@ if __name__ == "__main__":
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--rate", type=float, default=20.0, help="Groups per second in the latency measure.")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1, help="Uncounted backlog rounds of each path first.")
     ap.add_argument(
         "--batch",

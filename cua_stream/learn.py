@@ -68,6 +68,7 @@ def plan_problem(plan: LearnPlan) -> str | None:
         ("top_k", plan.top_k == -1 or plan.top_k >= 1, "-1 (all tokens) or at least 1"),
         ("min_p", 0 <= plan.min_p < 1, "in [0, 1)"),
         ("max_parse_errors", plan.max_parse_errors is None or plan.max_parse_errors >= 1, "0 (never) or more"),
+        ("budget_minutes", plan.budget_minutes > 0, "above 0"),
         ("grpo_minutes", plan.grpo_minutes is None or plan.grpo_minutes > 0, "0 (no bound of its own) or more"),
     ]  # fmt: skip
     return next((f"{name}: {want}" for name, ok, want in checks if not ok), None)
@@ -177,6 +178,9 @@ class LearnPlan:
     """The oracle's replies are ~40-70 tokens."""
     window: int = 3
     """Steps averaged at each end of the curve (the goal compares the first and last ``window``)."""
+    budget_minutes: float = 30.0
+    """The whole run's bound: GRPO takes no new step once the run is this old, less the room kept for its
+    last step, its evaluation and the curve (``cli.learn.grpo_deadline``)."""
     grpo_minutes: float | None = None
     """GRPO's own time bound, counted from its start (None: only the whole run's budget bounds it). With
     drawn demonstrations SFT alone takes most of an hour on ``small``; this gives the curve a fixed

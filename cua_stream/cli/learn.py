@@ -160,6 +160,7 @@ def learn(
         top_k=top_k,
         min_p=min_p,
         concurrency=concurrency,
+        budget_minutes=budget_minutes,
         grpo_minutes=grpo_minutes or None,
     )
     file_data = load_file(config)
@@ -223,11 +224,11 @@ def learn(
         timings["evaluations after SFT and GRPO"] = eval_s = time.monotonic() - t0
         out.print(f"    SFT policy success: {_rates(after_sft)}")
         t0 = time.monotonic()
-        deadline = grpo_deadline(plan, started, t0, budget_minutes * 60, eval_s)
+        deadline = grpo_deadline(plan, started, t0, eval_s)
         step(
             f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
             f"episodes on new layouts (sampling {_sampling(plan)}; {_update(plan)}), ending within "
-            f"{budget_minutes:g} min of the start" + _own_bound(plan)
+            f"{plan.budget_minutes:g} min of the start" + _own_bound(plan)
         )
         trained = anyio.run(_grpo, plan, producer, sft_model, s.engine_url, f"{run}-grpo", home, deadline)
         timings["GRPO"] = time.monotonic() - t0
@@ -245,13 +246,11 @@ def learn(
     )
 
 
-def grpo_deadline(
-    plan: LearnPlan, started: float, grpo_started: float, budget_s: float, eval_s: float
-) -> float:
+def grpo_deadline(plan: LearnPlan, started: float, grpo_started: float, eval_s: float) -> float:
     """When GRPO stops taking steps: the step in progress then still finishes, then the GRPO policy's
     evaluation (as long as the SFT policy's took) and the curve, so room is kept for them; with
     ``plan.grpo_minutes``, also that long after GRPO's start (less the room for its last step)."""
-    deadline = started + budget_s - WRAP_UP_S - eval_s
+    deadline = started + plan.budget_minutes * 60 - WRAP_UP_S - eval_s
     if plan.grpo_minutes is not None:
         deadline = min(deadline, grpo_started + plan.grpo_minutes * 60 - WRAP_UP_S)
     return deadline

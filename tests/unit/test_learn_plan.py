@@ -161,6 +161,8 @@ def test_sft_ends_at_the_start_success_and_never_without_one() -> None:
         ("--drawn-demos", "-1", "in 0..999999"),
         ("--drawn-epochs", "0", "at least 1"),
         ("--grpo-minutes", "-5", "0 (no bound of its own) or more"),
+        ("--budget-minutes", "0", "above 0"),
+        ("--budget-minutes", "nan", "above 0"),
     ],
 )
 def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says: str) -> None:
@@ -180,9 +182,12 @@ def test_grpo_stops_at_the_runs_budget_or_its_own_whichever_comes_first() -> Non
 
     # the run started at 0; SFT and its evaluation (100 s) ended at 3000 s; a 90-minute budget
     whole = 90 * 60 - WRAP_UP_S - 100
-    assert grpo_deadline(LearnPlan(), 0, 3000, 90 * 60, 100) == whole
-    assert grpo_deadline(LearnPlan(grpo_minutes=30), 0, 3000, 90 * 60, 100) == 3000 + 30 * 60 - WRAP_UP_S
-    assert grpo_deadline(LearnPlan(grpo_minutes=60), 0, 3000, 90 * 60, 100) == whole
+    assert grpo_deadline(LearnPlan(budget_minutes=90), 0, 3000, 100) == whole
+    assert (
+        grpo_deadline(LearnPlan(budget_minutes=90, grpo_minutes=30), 0, 3000, 100)
+        == 3000 + 30 * 60 - WRAP_UP_S
+    )
+    assert grpo_deadline(LearnPlan(budget_minutes=90, grpo_minutes=60), 0, 3000, 100) == whole
 
 
 def test_demonstrations_cover_grpos_tasks_unless_told_otherwise() -> None:

@@ -50,6 +50,7 @@ def report(
     from cua_stream.evaluation.report import report_of
     from cua_stream.learn import evaluation_entry
     from cua_stream.learn_table import rows_json, stage_table
+    from cua_stream.learn_trend import trend, trend_text
 
     rows = stage_table({"blind": blind} | {name: report_of(r) for name, r in evaluated.items()})
     files = {name: home / "eval" / f"{name}.json" for name in evaluated}
@@ -61,6 +62,9 @@ def report(
         f"mean reward, first {plan.window} GRPO steps -> last {plan.window}: {first:.3f} -> {last:.3f} "
         f"({last - first:+.3f}) over {len(curve.steps)} steps"
     )
+    shuffled = trend(curve.overall, plan.window)
+    if shuffled is not None:
+        out.print(trend_text(shuffled, plan.window))
     valid_first, valid_last = curve.valid_ends(plan.window)
     out.print(f"replies carrying a valid action: {valid_first:.0%} -> {valid_last:.0%}")
     train_s = sum(s.metrics.get("train_s", 0.0) for s in trained)
@@ -73,6 +77,7 @@ def report(
     (home / "curve.json").write_text(
         json.dumps({"steps": curve.steps, "overall": curve.overall, "by_task": curve.by_task,
                     "valid_actions": curve.valid,
+                    "trend": shuffled.as_json() if shuffled else None,
                     "evaluations": {name: evaluation_entry(r, str(files[name])) for name, r in evaluated.items()},
                     "table": rows_json(rows),
                     "sft_probes": probes,

@@ -70,10 +70,19 @@ def test_learn_runs_every_phase_and_writes_its_curve(tmp_path: Path) -> None:
     assert "step 2: v2, 1 group(s), 2 episodes" in said
     assert "over 2 steps" in said and "where the time went: evaluation and demonstrations" in said
     assert "replies carrying a valid action:" in said
+    assert "a shuffled order of the same steps rises as much p=" in said
     (run,) = (tmp_path / "home" / "learn").iterdir()
     curve = json.loads((run / "curve.json").read_text())
     assert curve["steps"] == [1, 2] and set(curve["by_task"]) == {"click-test"}
     assert len(curve["valid_actions"]) == 2 and all(0 <= v <= 1 for v in curve["valid_actions"])
+    # learn's window of 3 over 2 steps: both ends are the whole curve, so no rise, and every order has it
+    assert curve["trend"] | {"slope": 0} == {
+        "rise": 0,
+        "p_rise": 1,
+        "slope": 0,
+        "p_slope": curve["trend"]["p_slope"],
+        "thirds": [],
+    }
     # the base, SFT and GRPO policies' numbers are eval's: its results files, its reports on the topic
     evaluations = curve["evaluations"]
     assert set(evaluations) == {"base", "sft", "grpo"}

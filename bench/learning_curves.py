@@ -26,7 +26,13 @@ def load(path: Path) -> dict[str, Any]:
     file = path / "curve.json" if path.is_dir() else path
     if not file.is_file():
         raise SystemExit(f"{path}: no curve.json (give a learn run's folder or its curve.json)")
-    return json.loads(file.read_text())
+    try:
+        curve = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SystemExit(f"{file}: not a learn run's curve.json ({e})") from None
+    if not isinstance(curve, dict) or not isinstance(curve.get("overall"), list):
+        raise SystemExit(f"{file}: not a learn run's curve.json (no 'overall' list of step rewards)")
+    return curve
 
 
 def held_out(curve: dict[str, Any]) -> str:

@@ -106,6 +106,11 @@ class BrokerError(CuaError):
     """The local Kafka broker could not be set up, started or stopped; the message says what to do."""
 
 
+class PortInUse(BrokerError):
+    """The broker's port was taken when it started (by another process, or for a moment by a client's
+    outgoing socket: a port in the kernel's ephemeral range can be handed to one)."""
+
+
 class BusUnavailable(CuaError):
     """Kafka could not be reached within the timeout."""
 

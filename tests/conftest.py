@@ -71,19 +71,12 @@ async def wait_until(done: Callable[[], Awaitable[bool]], poll_s: float = 0.1) -
         await anyio.sleep(poll_s)
 
 
-def ephemeral_range() -> tuple[int, int]:
-    """The kernel's range for the local ports of outgoing connections."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
-
-
 def broker_port() -> int:
     """A free port P (with P + 1 free for the KRaft controller) below the ephemeral range: a client that
     retries while a test broker is down picks its local port from that range, may pick the broker's
     own port and connect to itself, and the broker's restart then finds its port taken."""
+    from cua_stream.broker import ephemeral_range
+
     low = ephemeral_range()[0]
     rng = random.Random()
     for _ in range(200):

@@ -28,7 +28,7 @@ from cua_stream.broker.tls import BROKER_CN, ensure_tls, tls_files
 from cua_stream.broker.users import MECHANISM, ensure_passwords, password_file, scram_arguments, write_private
 from cua_stream.bus.acl import ADMIN
 from cua_stream.config import cache_dir, state_dir
-from cua_stream.errors import BrokerError
+from cua_stream.errors import BrokerError, PortInUse
 from cua_stream.procs import pid_alive
 
 MIN_JAVA = 17
@@ -120,7 +120,7 @@ class LocalBroker:
                 return status
         java_version(self.config.java)
         if _port_open(self.config.host, self.config.port):
-            raise BrokerError(f"{self.config.bootstrap_servers} is already in use by another process")
+            raise PortInUse(f"{self.config.bootstrap_servers} is already in use by another process")
         libs = cache_dir() / "kafka" / self.config.kafka_version / "libs"
         ensure_jars(self.config.kafka_version, libs, self.config.maven_repository)
         if fresh and (self.home / "data").exists():
@@ -251,7 +251,9 @@ class LocalBroker:
         pid = self._pid()
         while time.monotonic() < deadline:
             if pid is None or not pid_alive(pid):
-                raise BrokerError(f"the broker exited during start: {self._failure(log_offset)}")
+                failure = self._failure(log_offset)
+                error = PortInUse if "Address already in use" in failure else BrokerError
+                raise error(f"the broker exited during start: {failure}")
             if _port_open(self.config.host, self.config.port) and self._log_says_started(log_offset):
                 return
             time.sleep(0.25)
@@ -319,6 +321,17 @@ def java_version(java: str = "java") -> int:
     if major < MIN_JAVA:
         raise BrokerError(f"Kafka 4 needs Java {MIN_JAVA}+; {exe} is Java {major}. Install a newer JDK.")
     return major
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections (``ip_local_port_range``): a port
+    in it can be handed to any client's socket while its listener is down, so a daemon that restarts on
+    it may find it taken."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
 
 
 def _port_open(host: str, port: int) -> bool:

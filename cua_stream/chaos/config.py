@@ -28,7 +28,8 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_pause_s: float = 12.0
     """Longest SIGSTOP (long enough for consumer sessions to time out and groups to rebalance)."""
     steps: int = 12
-    """GRPO steps the trainer takes; the run ends when it has (and the last faults have healed)."""
+    """GRPO steps the trainer takes at least: the run stops it once it has taken them and every fault of
+    the schedule has been applied and healed (a quick trainer trains on meanwhile)."""
     groups_per_step: int = 2
     group_size: int = 4
     max_staleness: int = 2
@@ -40,9 +41,10 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     desktop_size: int = 256
     """``fast``: the scripted screenshots' width and height (pixels)."""
     base_port: int = 29500
-    """The broker, engine, gateway and metrics ports are taken from here upwards. Below Linux's ephemeral
-    range (32768 and up): the daemons are killed and rebind their ports all run long, and a port in that
-    range may meanwhile be handed to an outgoing connection."""
+    """The broker, engine, gateway and metrics ports are taken from here upwards (base .. base + 21 with
+    two producers). They must lie below the kernel's ephemeral range (``ip_local_port_range``; 32768 and
+    up by default), else the run refuses to start: the daemons are killed and rebind their ports all run
+    long, and a port in that range may meanwhile be handed to an outgoing connection."""
     home: str = ""
     """Where the run's broker data, logs, checkpoints and blobs go; empty: ``<state dir>/chaos/<run>``."""
     duration_s: float = 0.0

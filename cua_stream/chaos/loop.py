@@ -59,7 +59,7 @@ def settings(cfg: ChaosConfig, run_id: str, home: Path, model: Path, bus: BusCon
             "group_size": cfg.group_size,
             "groups_per_step": cfg.groups_per_step,
             "max_staleness": cfg.max_staleness,
-            "max_steps": 0 if cfg.duration_s else cfg.steps,
+            "max_steps": 0,  # the run stops it: after its steps and the whole schedule, or a soak's time
             "max_new_tokens": cfg.max_new_tokens,
             "temperature": 1.0,
             "lr": 1e-4,
@@ -133,6 +133,16 @@ def daemons(
 
 
 def ports(cfg: ChaosConfig) -> set[int]:
-    """Every port the loop listens on: broker, engine, gateway, the daemons' metrics."""
+    """Every port the loop listens on: broker (and its controller), engine, gateway, the daemons' metrics."""
     base = cfg.base_port
-    return {base, base + 10, base + 11, base + 12, base + 13} | {base + 20 + i for i in range(cfg.producers)}
+    return {base, base + 1, base + 10, base + 11, base + 12, base + 13} | {
+        base + 20 + i for i in range(cfg.producers)
+    }
+
+
+def ephemeral_clash(ports: set[int], ephemeral: tuple[int, int]) -> int | None:
+    """The lowest of ``ports`` inside the kernel's ephemeral range (``ephemeral``, inclusive), if any: the
+    daemons are killed and rebind their ports all run long, and meanwhile such a port can be handed to an
+    outgoing connection (a Kafka client's retry), so the restarted daemon cannot listen."""
+    low, high = ephemeral
+    return min((p for p in ports if low <= p <= high), default=None)

@@ -4,9 +4,11 @@ trainer trains, then the invariants checked from the topics.
 The loop: a local broker, the engine (tiny Qwen3-VL), the gateway, the scorer, ``producers`` producers and
 the trainer (which is also the feeder). A watchdog restarts any daemon that exits without being asked to
 (a real supervisor would; each such exit is reported, since a daemon that crashes on its own under faults
-is a finding even when nothing is lost). The run ends when the trainer has taken its steps and exited;
-then the faults stop, every held daemon is brought back, and the run waits until every work request has
-an outcome and every outcome's episode a score before it stops the daemons and reads the topics.
+is a finding even when nothing is lost). The trainer has no step limit: the run stops it once it has
+taken its steps and the whole schedule has been applied and healed (a soak: once its time is up), so what
+the run does never depends on how fast the machine trains. Then every held daemon is brought back, and
+the run waits until every work request has an outcome and every outcome's episode a score before it
+stops the daemons and reads the topics.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from cua_stream.auth import bearer_headers
-from cua_stream.broker import BrokerConfig, LocalBroker
+from cua_stream.broker import BrokerConfig, LocalBroker, ephemeral_range
 from cua_stream.bus.acl import ADMIN, acls
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.connect import client_security
@@ -39,14 +41,16 @@ from cua_stream.chaos.report import Applied, ChaosReport
 from cua_stream.chaos.sampling import Sampler
 from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
 from cua_stream.config import BusConfig, ConfigError, convert
-from cua_stream.errors import DaemonDidNotStart
-from cua_stream.events import Discard
-from cua_stream.topics import OUTCOMES, SCORES, WORK
+from cua_stream.errors import DaemonDidNotStart, PortInUse
+from cua_stream.events import Discard, TrainStep
+from cua_stream.topics import OUTCOMES, SCORES, TRAIN_STEPS, WORK
 
 Emit = Callable[[str], None]
+PORT_RETRY_S = 60.0
+"""How long a restarting broker waits for its port to be free again before the run gives up."""
 
 
-class _Broker:
+class BrokerTarget:
     """The broker as a fault target: stopped (or SIGKILLed) and started on the same data."""
 
     def __init__(self, broker: LocalBroker) -> None:
@@ -60,7 +64,21 @@ class _Broker:
         else:
             await anyio.to_thread.run_sync(self.broker.stop)
         await anyio.sleep(hold_s)
-        await anyio.to_thread.run_sync(self.broker.start)
+        await self._start()
+
+    async def _start(self) -> None:
+        """Start on its port; while the port is taken (a client's outgoing socket can hold it for a moment,
+        or a self-connect while the broker was down), wait and try again, up to ``PORT_RETRY_S``."""
+        deadline = time.monotonic() + PORT_RETRY_S
+        while True:
+            try:
+                await anyio.to_thread.run_sync(self.broker.start)
+                return
+            except PortInUse:
+                await anyio.to_thread.run_sync(self.broker.stop)  # reaps a failed start
+                if time.monotonic() > deadline:
+                    raise
+                await anyio.sleep(1.0)
 
 
 class Chaos:
@@ -71,7 +89,12 @@ class Chaos:
         self.t0 = time.monotonic()
         self.applied: list[Applied] = []
         self.skipped: list[Fault] = []
+        self.healed = 0
+        """Faults applied and over: the target is back (or could not be brought back, which the watchdog
+        and the checks report), the pause ended, the poison record written."""
         self.trainer_done = anyio.Event()
+        self.trainer_stopping = False
+        """The run asked the trainer to stop: its exit, whatever its code, ends the run."""
         self.stop_faults = anyio.Event()
         """Set when the run is ending: faults not yet applied are skipped; those in hand heal."""
         self.daemons: dict[str, Daemon] = {}
@@ -91,11 +114,18 @@ class Chaos:
             raise ConfigError(
                 f"chaos.home: {home} is not empty (an earlier run's?); remove it or choose another"
             )
+        ports, (low, high) = loop.ports(cfg), ephemeral_range()
+        if clash := loop.ephemeral_clash(ports, (low, high)):
+            raise ConfigError(
+                f"chaos.base_port: {cfg.base_port} puts port {clash} inside the kernel's ephemeral range "
+                f"{low}-{high} (an outgoing connection can take it while its daemon restarts); choose a "
+                f"base port below {low - (max(ports) - cfg.base_port)}"
+            )
         home.mkdir(parents=True, exist_ok=True)
         broker = LocalBroker(BrokerConfig(home=str(home / "broker"), port=cfg.base_port, secure=cfg.secure))
         secured = " (SASL_SSL, a principal per daemon)" if cfg.secure else ""
         self.emit(f"run {self.run_id}: broker{secured}, topics, tiny model (under {home})")
-        self.broker = _Broker(broker)
+        self.broker = BrokerTarget(broker)
         self.bus = BusConfig(bootstrap_servers=broker.config.bootstrap_servers, topic_prefix=self.run_id)
         try:
             await anyio.to_thread.run_sync(lambda: broker.start(fresh=True))
@@ -169,20 +199,12 @@ class Chaos:
             tg.start_soon(self.sampler.run, cfg.sample_every_s, self.t0)
             if cfg.duration_s:
                 tg.start_soon(self._end_after, cfg.duration_s)
+            else:
+                tg.start_soon(self._end_when_done, len(faults))
             async with anyio.create_task_group() as faulting:
                 faulting.start_soon(self._inject, faults, faulting)
                 await self.trainer_done.wait()
-                # Due is not done: a fault can wait on its daemon's lock while an earlier one's restart
-                # is still getting ready (after a broker restart, ~15 s), so count what is unresolved.
-                left = len(faults) - len(self.applied) - len(self.skipped)
-                if cfg.duration_s == 0 and left:
-                    # A fast run promises its whole schedule: a trainer that finished early (a quick
-                    # machine) must not cut it short. The rest still hits producers, scorer, gateway,
-                    # engine and broker while the last work is answered; a fault on the trainer is skipped.
-                    self.emit(f"t+{self.now():.0f}s the trainer stopped; {left} faults still apply")
-                else:
-                    self.stop_faults.set()
-            self.stop_faults.set()
+                self.stop_faults.set()
             self.emit(f"t+{self.now():.0f}s the trainer stopped; healing")
             for d in self.daemons.values():
                 if d.name != "trainer" and not await d.ready():
@@ -197,9 +219,41 @@ class Chaos:
         await anyio.sleep(duration_s)
         self.emit(f"t+{self.now():.0f}s {duration_s:.0f}s are up: stopping the trainer")
         self.stop_faults.set()
+        await self._stop_trainer()
+
+    async def _stop_trainer(self) -> None:
+        """SIGTERM: the trainer stops after the step in hand and exits (the watchdog then ends the run)."""
         trainer = self.daemons["trainer"]
         async with trainer.lock:
+            self.trainer_stopping = True
             trainer.signal(signal.SIGTERM)
+
+    async def _end_when_done(self, faults: int) -> None:
+        """A run of ``steps``: the trainer trains on (it has no step limit) until it has taken its steps
+        and the whole schedule has been applied and healed; then it stops after the step in hand. So what
+        the run did never depends on the machine's speed: a quick trainer does not cut the schedule short,
+        a slow one still takes every step."""
+        announced = False
+        while self.healed < faults or await self._steps_taken() < self.cfg.steps:
+            if self.healed == faults and not announced:
+                self.emit(
+                    f"t+{self.now():.0f}s all {faults} faults applied; training on to {self.cfg.steps} steps"
+                )
+                announced = True
+            await anyio.sleep(1.0)
+        self.emit(
+            f"t+{self.now():.0f}s {self.cfg.steps} steps taken and every fault healed: stopping the trainer"
+        )
+        await self._stop_trainer()
+
+    async def _steps_taken(self) -> int:
+        """The steps the run's trainer has committed (its ``TrainStep`` records): what it did, whichever
+        of its restarts did it."""
+        with contextlib.suppress(KafkaError, OSError):  # the broker may be restarting: ask again later
+            return len(
+                {d.event.step async for d in scan(self.bus, TRAIN_STEPS) if isinstance(d.event, TrainStep)}
+            )
+        return 0
 
     async def _exposure(self) -> list[str]:
         """What a caller on the network, or a holder of a non-admin key, could reach."""
@@ -222,12 +276,6 @@ class Chaos:
                 if r.status_code != 401:
                     found.append(f"POST {url} with {'a non-admin key' if key else 'no key'}: {r.status_code}")
         return found
-
-    def _ports(self) -> set[int]:
-        base = self.cfg.base_port
-        return {base, base + 10, base + 11, base + 12, base + 13} | {
-            base + 20 + i for i in range(self.cfg.producers)
-        }
 
     async def _metrics_pages(self) -> dict[str, bytes]:
         """Every daemon's metrics page as the run ends (scanned for session keys)."""
@@ -256,6 +304,12 @@ class Chaos:
             tg.start_soon(self._apply, fault)
 
     async def _apply(self, fault: Fault) -> None:
+        try:
+            await self._apply_one(fault)
+        finally:
+            self.healed += 1
+
+    async def _apply_one(self, fault: Fault) -> None:
         if fault.action is Action.POISON:
             await self._poison(fault)
             return
@@ -271,9 +325,6 @@ class Chaos:
             return
         d = self.daemons[fault.target]
         async with d.lock:
-            if d.name == "trainer" and self.trainer_done.is_set():
-                self.skipped.append(fault)
-                return
             applied = self._record(fault)
             if applied is None:
                 return
@@ -331,7 +382,9 @@ class Chaos:
             for d in self.daemons.values():
                 if d.held or d.lock.locked() or (rc := d.exited()) is None:
                     continue
-                if d.name == "trainer" and rc == 0:
+                if d.name == "trainer" and (rc == 0 or self.trainer_stopping):
+                    if rc != 0:
+                        d.crashes.append(rc)  # a stop that failed is still a finding
                     self.trainer_done.set()
                     continue
                 d.crashes.append(rc)

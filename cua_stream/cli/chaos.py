@@ -29,7 +29,12 @@ def chaos(
     seed: Annotated[int | None, typer.Option(help="Seeds the fault schedule.")] = None,
     faults: Annotated[int | None, typer.Option(help="Faults to inject (default 30).")] = None,
     every: Annotated[float | None, typer.Option(help="Mean seconds between faults (default 3).")] = None,
-    steps: Annotated[int | None, typer.Option(help="GRPO steps the trainer takes (default 12).")] = None,
+    steps: Annotated[
+        int | None,
+        typer.Option(
+            help="GRPO steps the trainer takes at least; it trains on until every fault has healed (default 12)."
+        ),
+    ] = None,
     producers: Annotated[int | None, typer.Option(help="Producer processes (default 2).")] = None,
     concurrency: Annotated[
         int | None, typer.Option(help="Episodes per producer at once (default 4).")
@@ -40,7 +45,10 @@ def chaos(
         float | None, typer.Option(help="A soak: run this many seconds, the trainer without a step limit.")
     ] = None,
     sample_every: Annotated[float | None, typer.Option(help="Seconds between resource samples.")] = None,
-    base_port: Annotated[int | None, typer.Option(help="First of the run's ports (default 29500).")] = None,
+    base_port: Annotated[
+        int | None,
+        typer.Option(help="First of the run's ports, below the kernel's ephemeral range (default 29500)."),
+    ] = None,
     home: Annotated[str | None, typer.Option(help="Run directory (broker data, logs, report).")] = None,
     secure: Annotated[
         bool | None,
@@ -113,7 +121,7 @@ def chaos(
     lost, duplicated = totals(report.checks)
     crashed = {n: codes for n, codes in report.crashes.items() if codes}
     out.print(
-        f"{len(report.applied)} faults applied ({len(report.skipped)} not applied: the trainer had finished), "
+        f"{len(report.applied)} faults applied ({len(report.skipped)} not applied: the run was stopping), "
         f"{report.steps} steps, {report.episodes} episodes in {report.wall_s:.0f}s; lost {lost}, "
         f"duplicated {duplicated}; exits nobody asked for: "
         + (", ".join(f"{n} {codes}" for n, codes in sorted(crashed.items())) or "none")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cua_stream.config import cache_dir
-from tests.conftest import broker_port
+from tests.conftest import broker_port, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -118,3 +118,39 @@ def test_a_daemon_at_a_prefix_without_topics_says_so(kafka_bootstrap: str) -> No
     assert res.returncode == 2
     err = " ".join(res.stderr.split())
     assert "topic 'no-such.outcomes' does not exist" in err and "topics create --prefix no-such" in err
+
+
+@pytest.mark.anyio
+async def test_a_chaos_broker_restart_waits_while_its_port_is_taken_then_starts(tmp_path: Path) -> None:
+    """A restart under chaos can find its port held for a moment (an outgoing socket handed that port, a
+    client connected to itself); it tries again until the port is free instead of ending the run."""
+    import anyio
+
+    from cua_stream.broker import BrokerConfig, LocalBroker
+    from cua_stream.chaos.runner import BrokerTarget
+
+    class Counted(LocalBroker):
+        starts = 0
+
+        def start(self, *, fresh: bool = False) -> object:
+            Counted.starts += 1
+            return super().start(fresh=fresh)
+
+    port = broker_port()
+    target = BrokerTarget(Counted(BrokerConfig(home=str(tmp_path / "b"), port=port)))
+    try:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", port))
+            taken.listen()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(target.restart, 0.0, False)
+                with anyio.fail_after(120):
+
+                    async def retrying() -> bool:  # refused once, and trying again
+                        return Counted.starts >= 2
+
+                    await wait_until(retrying)
+                taken.close()
+        assert target.broker.status().running and Counted.starts >= 2
+    finally:
+        target.broker.stop()

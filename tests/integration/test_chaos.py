@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cua_stream.broker import ephemeral_range
 from cua_stream.chaos.schedule import POISON_TARGET, kind, plan, tally
 
 SEED, FAULTS, EVERY_S, STEPS, SECURE_STEPS = 79, 12, 2.5, 8, 4
@@ -27,7 +28,7 @@ def free_base(span: int = 30) -> int:
     killed and rebind their ports all run long, and a port in that range can meanwhile be handed to any
     outgoing connection (a Kafka client's), and the restarted daemon then cannot listen."""
     rng = random.Random()
-    ephemeral_from = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ephemeral_from = ephemeral_range()[0]
     while True:
         base = rng.randrange(10000, ephemeral_from - span)
         try:
@@ -49,7 +50,7 @@ def test_nothing_is_lost_or_trained_twice_while_every_daemon_and_the_broker_fail
     assert any(f.hard for f in plan(SEED, FAULTS, every_s=EVERY_S, producers=2) if f.target == "broker")
     done, report = run_chaos(tmp_path / "chaos", STEPS)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert report["ok"] and report["steps"] == STEPS
+    assert report["ok"] and report["steps"] >= STEPS  # it trains on until the whole schedule has healed
     applied = {(kind(f["target"]), f["action"]) for f in report["faults"]}
     assert len(report["faults"]) == FAULTS and report["skipped"] == 0, report["faults"]
     assert applied == set(wanted)
@@ -78,7 +79,7 @@ def test_the_loop_survives_its_faults_on_a_secured_broker_each_daemon_its_own_pr
     home = tmp_path / "chaos"
     done, report = run_chaos(home, SECURE_STEPS, "--secure")
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
-    assert report["ok"] and report["steps"] == SECURE_STEPS
+    assert report["ok"] and report["steps"] >= SECURE_STEPS
     assert len(report["faults"]) == FAULTS and report["skipped"] == 0, report["faults"]
     assert {(kind(f["target"]), f["action"]) for f in report["faults"]} >= {("broker", "broker_restart")}
     assert sum(c["lost"] + c["duplicated"] for c in report["checks"]) == 0

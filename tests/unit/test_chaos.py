@@ -18,6 +18,8 @@ import msgspec
 import pytest
 
 from cua_stream.auth import SESSION_KEY_PREFIX, new_session_key, session_keys_in
+from cua_stream.broker import ephemeral_range
+from cua_stream.chaos import loop
 from cua_stream.chaos.config import ChaosConfig
 from cua_stream.chaos.evidence import listeners, listening
 from cua_stream.chaos.invariants import RunLog, check_all, totals
@@ -271,6 +273,23 @@ async def test_a_chaos_run_refuses_a_home_holding_an_earlier_run(tmp_path: Path)
     with pytest.raises(ConfigError, match="chaos.home: .* is not empty"):
         await Chaos(ChaosConfig(home=str(tmp_path)), emit=print).run()
     assert [p.name async for p in anyio.Path(tmp_path).iterdir()] == ["report.json"]  # nothing started
+
+
+def test_a_base_port_whose_ports_reach_the_ephemeral_range_is_found() -> None:
+    cfg = ChaosConfig(base_port=32750, producers=2)  # its ports: 32750, 32751, 32760..32763, 32770, 32771
+    assert loop.ephemeral_clash(loop.ports(cfg), (32768, 60999)) == 32770
+    assert loop.ephemeral_clash(loop.ports(cfg), (32772, 60999)) is None
+    assert loop.ephemeral_clash(loop.ports(ChaosConfig(base_port=33100)), (32768, 60999)) == 33100
+
+
+@pytest.mark.anyio
+async def test_a_chaos_run_refuses_a_base_port_in_the_ephemeral_range_before_it_starts_anything(
+    tmp_path: Path,
+) -> None:
+    low, high = ephemeral_range()
+    with pytest.raises(ConfigError, match=f"chaos.base_port: {low + 100} .* ephemeral range {low}-{high}"):
+        await Chaos(ChaosConfig(home=str(tmp_path / "run"), base_port=low + 100), emit=print).run()
+    assert not (tmp_path / "run").exists()  # nothing started, nothing written
 
 
 def test_listening_sockets_are_read_from_the_kernels_tables() -> None:

@@ -13,12 +13,13 @@ import anyio
 import pytest
 import typer
 
+from cua_stream.broker import ephemeral_range
 from cua_stream.bus.connect import start_client
 from cua_stream.cli._common import friendly_errors, set_log_level
 from cua_stream.config import BusConfig, ConfigError, read_file
 from cua_stream.errors import BusUnavailable
 from cua_stream.metrics import serve_metrics
-from tests.conftest import broker_port, ephemeral_range
+from tests.conftest import broker_port
 
 
 def test_a_misspelled_config_section_is_refused_with_a_suggestion(tmp_path: Path) -> None:

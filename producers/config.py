@@ -10,6 +10,7 @@ import msgspec
 
 from cua_stream.config import BusConfig, ConfigError, Secret, stage_config, state_dir
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
+from cua_stream.topics import EVAL_WORK, WORK, TopicSpec
 
 OWN_ENVIRONMENTS = ("local-desktop", "scripted")
 """The environments cua-stream brings; any other name is one of Harbor's (``docker``, ``daytona``, ...)."""
@@ -26,10 +27,12 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Consumer group on the work topic, shared by every producer of a deployment's lane; empty:
     ``<topic prefix>.producers`` (the ``train`` lane) or ``<topic prefix>.eval-producers`` (``eval``)."""
     lane: Literal["train", "eval"] = "train"
-    """Whose work it runs: ``train`` every run's but evaluations', ``eval`` only evaluations' (run ids
-    ``eval-...``). Each lane reads the work topic in its own consumer group and passes over the other's
-    work, so an evaluation beside training runs on its own producers, gateway and engine, and a
-    training producer never plays an evaluation episode with training's weights (nor the reverse)."""
+    """Whose work it runs: ``train`` every run's but evaluations' (the work topic), ``eval`` only
+    evaluations' (run ids ``eval-...``, the eval_work topic). Each lane reads its own topic in its own
+    consumer group and passes over work of the other lane's runs found there, so an evaluation beside
+    training runs on its own producers, gateway and engine, a training producer never plays an
+    evaluation episode with training's weights (nor the reverse), and the evaluator's principal, which
+    may write eval_work only, cannot have a training producer play anything."""
     runs: list[str] = []
     """Only these runs' work (a run id equal to one, or one followed by ``-``; in the ``eval`` lane after
     ``eval-``); empty: every run's of the lane. Such a producer reads in a consumer group of its own (see
@@ -138,6 +141,11 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             return False
         own = run_id.removeprefix(EVAL_RUN_PREFIX) if self.lane == "eval" else run_id
         return not self.runs or any(own == run or own.startswith(f"{run}-") for run in self.runs)
+
+    @property
+    def work_topic(self) -> TopicSpec:
+        """The topic this producer's lane reads its work from."""
+        return WORK if self.lane == "train" else EVAL_WORK
 
     @property
     def trials_path(self) -> Path:

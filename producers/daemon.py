@@ -1,7 +1,7 @@
 """The rollout producer daemon: work requests in, one published outcome per run of each, commits after.
 
-- A consumer group on the work topic (every producer of a deployment's lane in one group shares the work;
-  training's and evaluation's lanes read it apart, each passing over the other's work).
+- A consumer group on its lane's work topic (every producer of a deployment's lane in one group shares
+  the work; training's lane reads the work topic, evaluation's the eval_work topic).
   At most ``concurrency`` episodes are in hand; while full, fetching pauses but polling goes on (the
   member keeps its partitions).
 - Each request is admitted (``admission``: too stale → a ``not_run:stale`` outcome, nothing run) or run:
@@ -37,7 +37,7 @@ from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase, WorkRequest
 from cua_stream.identity import layout_seed, outcome_of
 from cua_stream.lifecycle import Notify, stop_then_abandon
 from cua_stream.metrics import serve_metrics
-from cua_stream.topics import OUTCOMES, WORK
+from cua_stream.topics import OUTCOMES
 from producers.admission import admission, not_run_outcome
 from producers.attempts import AttemptClock
 from producers.config import ProducerConfig
@@ -142,7 +142,7 @@ class Producer:
             await anyio.to_thread.run_sync(reap_orphans)
         async with EventProducer(cfg.bus) as out:
             consumer = EventConsumer(
-                cfg.bus, [WORK], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency
+                cfg.bus, [cfg.work_topic], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency
             )
             async with consumer, ClientPool(2 * cfg.concurrency) as http:  # an open and a close per episode
                 consumer.on_revoke.append(lambda topic, partition: self.ledger.forget((topic, partition)))

@@ -29,7 +29,7 @@ from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.evaluation.plan import EVAL_SEED_BASE
 from cua_stream.events import EvalReport, PolicyVersion
-from cua_stream.topics import EVALS, OUTCOMES, POLICY, WORK, TopicSpec
+from cua_stream.topics import EVAL_WORK, EVALS, OUTCOMES, POLICY, WORK, TopicSpec
 from tests.conftest import free_port
 
 TASKS = "click-button,read-value"
@@ -233,9 +233,10 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
         "v3.json",
         "v4.json",
     ]
-    work = anyio.run(records_of, bus, WORK, "eval-train-f")
+    work = anyio.run(records_of, bus, EVAL_WORK, "eval-train-f")
     outcomes = anyio.run(records_of, bus, OUTCOMES, "eval-train-f")
     assert len(work) == len({w.episode_id for w in work}) == 4  # one episode per version, issued once
+    assert anyio.run(records_of, bus, WORK, "") == []  # none on training's work topic
     assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in work)  # played once
 
     # an evaluation run again under its id (as after a kill) issues and plays none of its episodes again
@@ -250,7 +251,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     def ids(records: list) -> list[tuple[str, int]]:
         return sorted((r.episode_id, getattr(r, "attempt", 0)) for r in records)
 
-    assert ids(anyio.run(records_of, bus, WORK, "eval-train-f")) == ids(work)
+    assert ids(anyio.run(records_of, bus, EVAL_WORK, "eval-train-f")) == ids(work)
     assert ids(anyio.run(records_of, bus, OUTCOMES, "eval-train-f")) == ids(outcomes)
     again_results = json.loads((tmp_path / "rerun.json").read_text())["episodes"]
     first_results = json.loads((tmp_path / "follow" / "v2.json").read_text())["episodes"]

@@ -72,11 +72,14 @@ async def run_episodes(
 ) -> dict[str, ScoreEvent]:
     """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded).
     ``resume``: a request already on the work topic (an earlier, killed start of the same run issued it)
-    is not issued again: the producers' group runs it once, or has already answered it."""
+    is not issued again: the producers' group runs it once, or has already answered it. The producer
+    may run the task directories ``work`` names (this command's own arguments named them), and no others
+    (``producer.task_roots``)."""
     from cua_stream.bus.producer import EventProducer
     from cua_stream.bus.reader import scan
     from cua_stream.topics import work_topic
 
+    producer = producer.allowing(w.task for w in work)
     async with rollouts(producer):
         wanted, issued = {w.episode_id for w in work}, set()
         if resume:

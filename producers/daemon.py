@@ -4,7 +4,8 @@
   the work; training's lane reads the work topic, evaluation's the eval_work topic).
   At most ``concurrency`` episodes are in hand; while full, fetching pauses but polling goes on (the
   member keeps its partitions).
-- Each request is admitted (``admission``: too stale → a ``not_run:stale`` outcome, nothing run) or run:
+- Each request is admitted (``admission``: a task outside the task roots, or work too stale → a
+  ``not_run:task_not_allowed`` or ``not_run:stale`` outcome, nothing run) or run:
   a new attempt number, a gateway session (URL + per-episode key), the runner (a Harbor trial on the
   local desktop, or the scripted environment), the session closed for its counts, the outcome published.
 - A request's offset is committed only once its outcome is durably published, and never past a request
@@ -106,6 +107,7 @@ class Producer:
         self._warm = runner is None
         self.metrics = ProducerMetrics()
         self.policy = PolicyWatch(config.bus)
+        self.task_roots = config.task_root_paths()
         self.ledger = OffsetLedger()
         self.attempts = AttemptClock()
         self.in_hand: dict[str, list[Delivery]] = {}
@@ -275,7 +277,10 @@ class Producer:
         self, work: WorkRequest, sessions: GatewaySessions, scope: anyio.CancelScope
     ) -> EpisodeResult:
         reason = admission(
-            work, latest_version=self.policy.version_of(work.run_id), max_staleness=self.config.max_staleness
+            work,
+            latest_version=self.policy.version_of(work.run_id),
+            max_staleness=self.config.max_staleness,
+            task_roots=self.task_roots,
         )
         started = time.time()
         attempt = self.attempts.next(started)

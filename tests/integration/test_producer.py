@@ -20,7 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig, Secret
-from cua_stream.events import OutcomeEvent, PolicyVersion, TurnEvent, WorkRequest
+from cua_stream.events import Discard, OutcomeEvent, PolicyVersion, TaskRef, TurnEvent, WorkRequest
 from cua_stream.gateway.config import GatewayConfig
 from cua_stream.scoring import classify
 from cua_stream.topics import EVAL_WORK, OUTCOMES, TURNS, WORK, TopicSpec
@@ -172,6 +172,54 @@ async def test_stale_work_is_not_run_and_says_why(bus_config: BusConfig, keyed_g
     assert {t.episode_id for t in await turns(bus_config)} == {fresh.episode_id}
 
 
+async def test_work_naming_a_task_outside_the_task_roots_is_answered_and_never_run(
+    bus_config: BusConfig, keyed_gateway: str, tmp_path: Path
+) -> None:
+    """The producer daemon with one task root (its config file's ``task_roots``): work naming a task
+    elsewhere on its host (by its path, through ``..``, through a link inside the root) gets a
+    ``not_run:task_not_allowed`` outcome, scored a discard, and makes no call; a task under the root and
+    a bundled one run."""
+    root, evil = tmp_path / "tasks", tmp_path / "evil-task"
+    for task in (root / "mine", evil):
+        task.mkdir(parents=True)
+        (task / "task.toml").write_text("[task]\n")
+    (root / "escape").symlink_to(evil, target_is_directory=True)
+    paths = {
+        "mine": root / "mine",
+        "evil": evil,
+        "dotdot": f"{root}/mine/../../evil-task",
+        "escape": root / "escape",
+    }
+    *requests, bundled = work("roots", len(paths) + 1, 1)  # the last: click-button, by name
+    named = {name: msgspec.structs.replace(w, task=TaskRef(name=name, path=str(path)))
+             for w, (name, path) in zip(requests, paths.items(), strict=True)}  # fmt: skip
+    requests.append(bundled)
+    await publish(bus_config, *named.values(), bundled)
+    config = tmp_path / "producer.toml"
+    config.write_text(f"[producer]\nmax_turns = 1\ntask_roots = [{str(root)!r}]\n")
+    proc = producer_cli(bus_config, keyed_gateway, tmp_path / "producer.log", "--config", str(config))
+    try:
+        with anyio.fail_after(120):
+
+            async def all_answered() -> bool:
+                return len(await outcomes(bus_config)) >= len(requests)
+
+            await wait_until(all_answered, 0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    got = {o.episode_id: o for o in await outcomes(bus_config)}
+    assert sorted(got) == sorted(w.episode_id for w in requests)  # one outcome each
+    refused = [got[named[name].episode_id] for name in ("evil", "dotdot", "escape")]
+    for outcome in refused:
+        assert outcome.early_termination_reason == "not_run:task_not_allowed", outcome
+        assert not outcome.agent_started and outcome.n_calls == 0 and outcome.exception is None
+        assert classify(outcome)[1] == Discard(reason="task_not_allowed")
+    ran = {named["mine"].episode_id, bundled.episode_id}
+    assert all(got[e].agent_started and got[e].n_calls == 1 for e in ran)
+    assert {t.episode_id for t in await turns(bus_config)} == ran  # the refused ones made no call at all
+
+
 async def test_without_a_gateway_each_episode_still_ends_with_an_outcome(bus_config: BusConfig) -> None:
     requests = work("nogw", 1, 2)
     await publish(bus_config, *requests)
@@ -195,7 +243,9 @@ async def test_without_a_gateway_each_episode_still_ends_with_an_outcome(bus_con
         assert o.exception.phase == "agent_setup"
 
 
-def producer_cli(bus: BusConfig, gateway_url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+def producer_cli(
+    bus: BusConfig, gateway_url: str, log: Path, *options: str, **env: str
+) -> subprocess.Popen[bytes]:
     args = [
         sys.executable,
         "-m",
@@ -206,7 +256,15 @@ def producer_cli(bus: BusConfig, gateway_url: str, log: Path, **env: str) -> sub
         "--gateway-url",
         gateway_url,
     ]
-    args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix, "--concurrency", "2"]
+    args += [
+        "--bootstrap",
+        bus.bootstrap_servers,
+        "--prefix",
+        bus.topic_prefix,
+        "--concurrency",
+        "2",
+        *options,
+    ]
     with log.open("ab") as out:
         return subprocess.Popen(
             args,

@@ -68,6 +68,9 @@ class DiscardReason(enum.StrEnum):
     """The trial was cancelled (producer shutdown or abandonment) before it ended."""
     STALE = "stale"
     """The work was already older than the trainer's staleness bound when a producer took it: not run."""
+    TASK_NOT_ALLOWED = "task_not_allowed"
+    """The work named a task directory outside the producer's task roots (``producer.task_roots``, the
+    bundled tasks): not run (whoever may write work must not choose what a producer's host runs)."""
 
 
 class TaskRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -221,7 +224,7 @@ class OutcomeEvent(EpisodeEvent, frozen=True, kw_only=True, tag="outcome"):
 
 NOT_RUN = "not_run:"
 """Prefix of an outcome's ``early_termination_reason`` when a producer refused the work at admission
-(``not_run:stale``); the rest is the DiscardReason the scorer gives it."""
+(``not_run:stale``, ``not_run:task_not_allowed``); the rest is the DiscardReason the scorer gives it."""
 
 
 class ScoreEvent(EpisodeEvent, frozen=True, kw_only=True, tag="score"):

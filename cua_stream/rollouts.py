@@ -72,21 +72,27 @@ async def run_episodes(
 ) -> dict[str, ScoreEvent]:
     """Run ``work`` with an in-process producer and scorer until every episode is scored (bounded).
     ``resume``: a request already on the work topic (an earlier, killed start of the same run issued it)
-    is not issued again: the producers' group runs it once, or has already answered it."""
+    is not issued again: the producers' group runs it once, or has already answered it. The producer
+    may run the task directories ``work`` names (this command's own arguments named them), and no others
+    (``producer.task_roots``)."""
     from cua_stream.bus.producer import EventProducer
     from cua_stream.bus.reader import scan
-    from cua_stream.topics import WORK
+    from cua_stream.topics import work_topic
 
+    producer = producer.allowing(w.task for w in work)
     async with rollouts(producer):
         wanted, issued = {w.episode_id for w in work}, set()
         if resume:
-            issued = {
-                d.event.episode_id async for d in scan(producer.bus, WORK) if d.event.episode_id in wanted
-            }
+            for topic in {work_topic(w.run_id) for w in work}:
+                issued |= {
+                    d.event.episode_id
+                    async for d in scan(producer.bus, topic)
+                    if d.event.episode_id in wanted
+                }
         async with EventProducer(producer.bus) as publisher:
             for request in work:
                 if request.episode_id not in issued:
-                    await publisher.publish(WORK, request)
+                    await publisher.publish(work_topic(request.run_id), request)
         return await _scores_of(producer.bus, work)
 
 

@@ -1,7 +1,7 @@
 """The topic registry: each topic's name, value types, key, partitions and cleanup policy, declared once.
 
 Producers, consumers, replay and tap take a ``TopicSpec`` (or look one up here), never a bare string.
-Episode topics (work, turns, summaries, outcomes, scores) share one partition count and the
+Episode topics (work, eval_work, turns, summaries, outcomes, scores) share one partition count and the
 ``group_id`` key, so a GRPO group's records land on the same partition number of every topic: the
 trainer joins them without crossing partitions.
 """
@@ -27,6 +27,7 @@ from cua_stream.events import (
     TurnEvent,
     WorkRequest,
 )
+from cua_stream.identity import is_eval_run
 
 DAY_MS = 24 * 3600 * 1000
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
@@ -57,7 +58,17 @@ WORK = TopicSpec(
     "delete",
     7 * DAY_MS,
     True,
-    "episodes to run (producers' consumer group)",
+    "episodes to run: training runs' (the training lane's producers); the trainer writes it",
+)
+EVAL_WORK = TopicSpec(
+    "eval_work",
+    (WorkRequest,),
+    "group_id",
+    "delete",
+    7 * DAY_MS,
+    True,
+    "evaluations' episodes to run (``eval-`` runs; the eval lane's producers): apart from training's "
+    "work, so the principal that issues evaluations cannot write work a training producer plays",
 )
 TURNS = TopicSpec(
     "turns", (TurnEvent,), "group_id", "delete", 7 * DAY_MS, True, "agent-loop completions from the gateway"
@@ -136,7 +147,24 @@ def _murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-ALL: tuple[TopicSpec, ...] = (WORK, TURNS, SUMMARIES, OUTCOMES, SCORES, POLICY, TRAIN_STEPS, DLQ, EVALS)
+def work_topic(run_id: str) -> TopicSpec:
+    """The topic ``run_id``'s work goes on: an evaluation's (``eval-``) on its own, a training run's on
+    the work topic."""
+    return EVAL_WORK if is_eval_run(run_id) else WORK
+
+
+ALL: tuple[TopicSpec, ...] = (
+    WORK,
+    EVAL_WORK,
+    TURNS,
+    SUMMARIES,
+    OUTCOMES,
+    SCORES,
+    POLICY,
+    TRAIN_STEPS,
+    DLQ,
+    EVALS,
+)
 BY_NAME: dict[str, TopicSpec] = {spec.name: spec for spec in ALL}
 
 

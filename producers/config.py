@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
 from cua_stream.config import BusConfig, ConfigError, Secret, stage_config, state_dir
+from cua_stream.events import TaskRef
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
+from cua_stream.topics import EVAL_WORK, WORK, TopicSpec
 
 OWN_ENVIRONMENTS = ("local-desktop", "scripted")
 """The environments cua-stream brings; any other name is one of Harbor's (``docker``, ``daytona``, ...)."""
@@ -26,16 +29,24 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """Consumer group on the work topic, shared by every producer of a deployment's lane; empty:
     ``<topic prefix>.producers`` (the ``train`` lane) or ``<topic prefix>.eval-producers`` (``eval``)."""
     lane: Literal["train", "eval"] = "train"
-    """Whose work it runs: ``train`` every run's but evaluations', ``eval`` only evaluations' (run ids
-    ``eval-...``). Each lane reads the work topic in its own consumer group and passes over the other's
-    work, so an evaluation beside training runs on its own producers, gateway and engine, and a
-    training producer never plays an evaluation episode with training's weights (nor the reverse)."""
+    """Whose work it runs: ``train`` every run's but evaluations' (the work topic), ``eval`` only
+    evaluations' (run ids ``eval-...``, the eval_work topic). Each lane reads its own topic in its own
+    consumer group and passes over work of the other lane's runs found there, so an evaluation beside
+    training runs on its own producers, gateway and engine, a training producer never plays an
+    evaluation episode with training's weights (nor the reverse), and the evaluator's principal, which
+    may write eval_work only, cannot have a training producer play anything."""
     runs: list[str] = []
     """Only these runs' work (a run id equal to one, or one followed by ``-``; in the ``eval`` lane after
     ``eval-``); empty: every run's of the lane. Such a producer reads in a consumer group of its own (see
     ``group``), so the lane's shared group never has work passed over, and work that a killed command left
     on the topic is not played by the next one's producers (a ``learn`` run played a stopped run's 80
     demonstrations before its own)."""
+    task_roots: list[str] = []
+    """Directories of Harbor tasks this producer may run besides the bundled tasks (always allowed): a
+    work record naming a task directory by a path that is not, with ``..`` and symlinks resolved, under
+    one of them (or the bundled tasks) is answered ``not_run:task_not_allowed`` and never run. A user's
+    own tasks (``trainer --tasks DIR``) are run only by producers that list their directory here (a
+    command that runs its own producer, as ``eval`` does, adds the task directories it was given)."""
     concurrency: int = 2
     """Episodes run at once (each runs its own desktop: Xvfb, xfce4 and Chromium)."""
     max_starts_per_s: float = 100.0
@@ -121,6 +132,9 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             raise ConfigError("producer.max_staleness: must be >= 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ConfigError("producer.metrics_port: must be 0..65535")
+        for root in self.task_roots:
+            if not root or not Path(root).expanduser().is_dir():
+                raise ConfigError(f"producer.task_roots: {root!r} is not a directory")
         if any(not run or run.startswith(EVAL_RUN_PREFIX) for run in self.runs):
             raise ConfigError(
                 f"producer.runs: run ids, not empty and without {EVAL_RUN_PREFIX!r}: {self.runs}"
@@ -138,6 +152,25 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             return False
         own = run_id.removeprefix(EVAL_RUN_PREFIX) if self.lane == "eval" else run_id
         return not self.runs or any(own == run or own.startswith(f"{run}-") for run in self.runs)
+
+    @property
+    def work_topic(self) -> TopicSpec:
+        """The topic this producer's lane reads its work from."""
+        return WORK if self.lane == "train" else EVAL_WORK
+
+    def task_root_paths(self) -> tuple[Path, ...]:
+        """The directories tasks may run from, symlinks resolved: the bundled tasks and ``task_roots``."""
+        from cua_stream.tasks import BUNDLED_DIR
+
+        return tuple(Path(os.path.realpath(Path(d).expanduser())) for d in (BUNDLED_DIR, *self.task_roots))
+
+    def allowing(self, tasks: Iterable[TaskRef]) -> ProducerConfig:
+        """This config with the task directories ``tasks`` name among its roots: the producer of a command
+        runs the tasks that command's own arguments named (``eval --tasks DIR``), and no others."""
+        named = [t.path for t in tasks if t.path and t.path not in self.task_roots]
+        if not named:
+            return self
+        return msgspec.structs.replace(self, task_roots=[*self.task_roots, *dict.fromkeys(named)])
 
     @property
     def trials_path(self) -> Path:

@@ -1,10 +1,11 @@
 """The rollout producer daemon: work requests in, one published outcome per run of each, commits after.
 
-- A consumer group on the work topic (every producer of a deployment's lane in one group shares the work;
-  training's and evaluation's lanes read it apart, each passing over the other's work).
+- A consumer group on its lane's work topic (every producer of a deployment's lane in one group shares
+  the work; training's lane reads the work topic, evaluation's the eval_work topic).
   At most ``concurrency`` episodes are in hand; while full, fetching pauses but polling goes on (the
   member keeps its partitions).
-- Each request is admitted (``admission``: too stale → a ``not_run:stale`` outcome, nothing run) or run:
+- Each request is admitted (``admission``: a task outside the task roots, or work too stale → a
+  ``not_run:task_not_allowed`` or ``not_run:stale`` outcome, nothing run) or run:
   a new attempt number, a gateway session (URL + per-episode key), the runner (a Harbor trial on the
   local desktop, or the scripted environment), the session closed for its counts, the outcome published.
 - A request's offset is committed only once its outcome is durably published, and never past a request
@@ -37,7 +38,7 @@ from cua_stream.events import ExceptionRecord, OutcomeEvent, Phase, WorkRequest
 from cua_stream.identity import layout_seed, outcome_of
 from cua_stream.lifecycle import Notify, stop_then_abandon
 from cua_stream.metrics import serve_metrics
-from cua_stream.topics import OUTCOMES, WORK
+from cua_stream.topics import OUTCOMES
 from producers.admission import admission, not_run_outcome
 from producers.attempts import AttemptClock
 from producers.config import ProducerConfig
@@ -106,6 +107,7 @@ class Producer:
         self._warm = runner is None
         self.metrics = ProducerMetrics()
         self.policy = PolicyWatch(config.bus)
+        self.task_roots = config.task_root_paths()
         self.ledger = OffsetLedger()
         self.attempts = AttemptClock()
         self.in_hand: dict[str, list[Delivery]] = {}
@@ -142,7 +144,7 @@ class Producer:
             await anyio.to_thread.run_sync(reap_orphans)
         async with EventProducer(cfg.bus) as out:
             consumer = EventConsumer(
-                cfg.bus, [WORK], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency
+                cfg.bus, [cfg.work_topic], group_id=cfg.group, dead_letters=out, max_batch=cfg.concurrency
             )
             async with consumer, ClientPool(2 * cfg.concurrency) as http:  # an open and a close per episode
                 consumer.on_revoke.append(lambda topic, partition: self.ledger.forget((topic, partition)))
@@ -275,7 +277,10 @@ class Producer:
         self, work: WorkRequest, sessions: GatewaySessions, scope: anyio.CancelScope
     ) -> EpisodeResult:
         reason = admission(
-            work, latest_version=self.policy.version_of(work.run_id), max_staleness=self.config.max_staleness
+            work,
+            latest_version=self.policy.version_of(work.run_id),
+            max_staleness=self.config.max_staleness,
+            task_roots=self.task_roots,
         )
         started = time.time()
         attempt = self.attempts.next(started)

@@ -41,7 +41,7 @@ class ProducerMetrics:
         )
         self.passed_over = r.counter(
             "cua_producer_work_passed_over_total",
-            "Work requests of the other lane (training's or evaluation's).",
+            "Work requests of the other lane's runs found on this lane's work topic (not run).",
         )
         self.tally: Tally[str] = Tally()
         """Finished episodes by ``verdict:reason``, for the progress table."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 from cua_stream.binding.computer1 import Computer1Params, ServedModel, bind_computer1
@@ -19,11 +20,12 @@ from producers.outcome import outcome_from_trial
 
 
 def task_path(task: TaskRef) -> Path:
-    """The task directory of ``task``: its own path, else a bundled task by name."""
+    """The task directory of ``task``: its own path, resolved as admission resolved it to check it lies
+    under a task root (``producers.admission``), else a bundled task by name."""
     from cua_stream.tasks import task_dir
 
     if task.path:
-        return Path(task.path)
+        return Path(os.path.realpath(task.path))
     return task_dir(task.name)
 
 

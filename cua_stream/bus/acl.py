@@ -6,8 +6,8 @@ What each role touches was read off the daemons, not guessed:
 * ``trainer`` follows turns, summaries, scores and the policy topic (no consumer group: its checkpoint
   holds its offsets), scans work, train_steps and dlq again on a restart (``issued_in_log``,
   ``reconcile``), and writes work, policy, train_steps and dlq.
-* ``producer`` consumes work in its lane's group (training's or evaluation's), follows the policy topic
-  (no group), and writes outcomes and dead letters.
+* ``producer`` consumes its lane's work topic in its lane's group (training's work or evaluation's
+  eval_work), follows the policy topic (no group), and writes outcomes and dead letters.
 * ``gateway`` writes turns and summaries; it reads nothing from Kafka.
 * ``scorer`` consumes outcomes in its group, reads the scores again to rebuild its duplicate filter
   (on every assignment), and writes scores and dead letters in Kafka transactions (its transactional
@@ -15,9 +15,11 @@ What each role touches was read off the daemons, not guessed:
 * ``reader`` (dashboard, tap, replay's source) reads every topic of the prefix; none of them joins a
   group (``Follower`` and range reads assign partitions), so it gets no group, only Describe on the
   prefix's groups (lag, committed offsets).
-* ``evaluator`` (``cua-stream eval``) issues its evaluation's work (``eval-`` runs, which the eval lane's
-  producers take), follows a training run's policy topic (``--follow``), reads its episodes' outcomes and
-  scores (and the work again, to resume), and writes its results to evals. Its episodes are played by
+* ``evaluator`` (``cua-stream eval``) issues its evaluation's work (``eval-`` runs) on eval_work, which
+  only the eval lane's producers read, follows a training run's policy topic (``--follow``), reads its
+  episodes' outcomes and scores (and eval_work again, to resume), and writes its results to evals. It
+  has no grant on the work topic: whoever holds its password cannot write work a training producer
+  plays, nor read training's work. Its episodes are played by
   producers and scored by the scorer under their own principals; ``eval``'s all-in-one mode (its own
   producer and scorer in the process, one bus config) needs their grants too: run it as admin, or run
   an eval-lane producer and the scorer as daemons.
@@ -34,6 +36,7 @@ from typing import Literal
 
 from cua_stream.topics import (
     DLQ,
+    EVAL_WORK,
     EVALS,
     OUTCOMES,
     POLICY,
@@ -74,13 +77,13 @@ _WRITES: dict[str, tuple[TopicSpec, ...]] = {
     "producer": (OUTCOMES, DLQ),
     "gateway": (TURNS, SUMMARIES),
     "scorer": (SCORES, DLQ),
-    "evaluator": (WORK, EVALS),
+    "evaluator": (EVAL_WORK, EVALS),
 }
 _READS: dict[str, tuple[TopicSpec, ...]] = {
     "trainer": (TURNS, SUMMARIES, SCORES, POLICY, WORK, TRAIN_STEPS, DLQ),
-    "producer": (WORK, POLICY),
+    "producer": (WORK, EVAL_WORK, POLICY),
     "scorer": (OUTCOMES, SCORES),
-    "evaluator": (WORK, POLICY, OUTCOMES, SCORES, EVALS),
+    "evaluator": (EVAL_WORK, POLICY, OUTCOMES, SCORES, EVALS),
 }
 
 

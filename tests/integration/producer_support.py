@@ -9,7 +9,7 @@ from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.events import PolicyVersion, WorkRequest
-from cua_stream.topics import POLICY, WORK, TopicSpec
+from cua_stream.topics import POLICY, TopicSpec, work_topic
 
 
 def work_requests(
@@ -28,9 +28,10 @@ def work_requests(
 
 
 async def publish(bus: BusConfig, *items: WorkRequest | PolicyVersion) -> None:
+    """Each item where its issuer puts it: a version on the policy topic, work on its run's work topic."""
     async with EventProducer(bus) as out:
         for item in items:
-            await out.publish(POLICY if isinstance(item, PolicyVersion) else WORK, item)
+            await out.publish(POLICY if isinstance(item, PolicyVersion) else work_topic(item.run_id), item)
 
 
 async def events_of[T](bus: BusConfig, spec: TopicSpec, cls: type[T]) -> list[T]:

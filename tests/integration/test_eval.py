@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,7 +30,8 @@ from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.evaluation.plan import EVAL_SEED_BASE
 from cua_stream.events import EvalReport, PolicyVersion
-from cua_stream.topics import EVALS, OUTCOMES, POLICY, WORK, TopicSpec
+from cua_stream.tasks import BUNDLED_DIR
+from cua_stream.topics import EVAL_WORK, EVALS, OUTCOMES, POLICY, WORK, TopicSpec
 from tests.conftest import free_port
 
 TASKS = "click-button,read-value"
@@ -45,9 +47,11 @@ async def read_all(bus: BusConfig, spec: TopicSpec) -> list[EvalReport]:
     return [d.event async for d in scan(bus, spec)]  # type: ignore[misc]
 
 
-def evaluate(policy: str, out: Path, bootstrap: str, env: dict[str, str], *extra: str) -> dict:
+def evaluate(
+    policy: str, out: Path, bootstrap: str, env: dict[str, str], *extra: str, tasks: str = TASKS
+) -> dict:
     run = cli(
-        "eval", "--policy", policy, "--tasks", TASKS, "-k", "2", "--seeds", "1", "--environment", "scripted",
+        "eval", "--policy", policy, "--tasks", tasks, "-k", "2", "--seeds", "1", "--environment", "scripted",
         "--turns", "2", "--run-id", f"eval-{policy}-{uuid.uuid4().hex[:6]}", "--out", str(out),
         "--bootstrap", bootstrap, "--engine-port", str(free_port()), "--gateway-port", str(free_port()),
         "--policies-port", str(free_port()), *extra, env=env,
@@ -65,7 +69,11 @@ def test_eval_runs_the_scripted_policies_and_compares_them(kafka_bootstrap: str,
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
 
-    good = evaluate("oracle", tmp_path / "oracle.json", kafka_bootstrap, env)
+    # one task by name, one as a Harbor task directory of the user's (a copy of a bundled one): the
+    # command's own producer runs the directory its --tasks named (its task roots), outside the bundled
+    mine = tmp_path / "my-tasks" / "read-value"
+    shutil.copytree(BUNDLED_DIR / "read-value", mine)
+    good = evaluate("oracle", tmp_path / "oracle.json", kafka_bootstrap, env, tasks=f"click-button,{mine}")
     episodes = good["results"]["episodes"]
     assert sorted((e["task"], e["sample"]) for e in episodes) == [
         ("click-button", 0), ("click-button", 1), ("read-value", 0), ("read-value", 1),
@@ -233,9 +241,10 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
         "v3.json",
         "v4.json",
     ]
-    work = anyio.run(records_of, bus, WORK, "eval-train-f")
+    work = anyio.run(records_of, bus, EVAL_WORK, "eval-train-f")
     outcomes = anyio.run(records_of, bus, OUTCOMES, "eval-train-f")
     assert len(work) == len({w.episode_id for w in work}) == 4  # one episode per version, issued once
+    assert anyio.run(records_of, bus, WORK, "") == []  # none on training's work topic
     assert sorted(o.episode_id for o in outcomes) == sorted(w.episode_id for w in work)  # played once
 
     # an evaluation run again under its id (as after a kill) issues and plays none of its episodes again
@@ -250,7 +259,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
     def ids(records: list) -> list[tuple[str, int]]:
         return sorted((r.episode_id, getattr(r, "attempt", 0)) for r in records)
 
-    assert ids(anyio.run(records_of, bus, WORK, "eval-train-f")) == ids(work)
+    assert ids(anyio.run(records_of, bus, EVAL_WORK, "eval-train-f")) == ids(work)
     assert ids(anyio.run(records_of, bus, OUTCOMES, "eval-train-f")) == ids(outcomes)
     again_results = json.loads((tmp_path / "rerun.json").read_text())["episodes"]
     first_results = json.loads((tmp_path / "follow" / "v2.json").read_text())["episodes"]

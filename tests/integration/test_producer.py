@@ -18,11 +18,12 @@ import msgspec
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig, Secret
-from cua_stream.events import OutcomeEvent, PolicyVersion, TurnEvent, WorkRequest
+from cua_stream.events import Discard, OutcomeEvent, PolicyVersion, TaskRef, TurnEvent, WorkRequest
 from cua_stream.gateway.config import GatewayConfig
 from cua_stream.scoring import classify
-from cua_stream.topics import OUTCOMES, TURNS, WORK
+from cua_stream.topics import EVAL_WORK, OUTCOMES, TURNS, WORK, TopicSpec
 from producers.config import ProducerConfig
 from producers.daemon import Producer
 from tests.conftest import free_port, wait_until
@@ -64,18 +65,21 @@ async def turns(bus: BusConfig) -> list[TurnEvent]:
     return await events_of(bus, TURNS, TurnEvent)
 
 
-async def committed(bus: BusConfig, group: str) -> int:
+async def committed(bus: BusConfig, group: str, topic: TopicSpec = WORK) -> int:
     admin = AIOKafkaAdminClient(bootstrap_servers=bus.bootstrap_servers)
     await admin.start()
     try:
         offsets = await admin.list_consumer_group_offsets(group)
     finally:
         await admin.close()
-    return sum(o.offset for tp, o in offsets.items() if tp.topic == bus.topics().name_of(WORK))
+    return sum(o.offset for tp, o in offsets.items() if tp.topic == bus.topics().name_of(topic))
 
 
-async def run_lanes(lanes: dict[str, Producer], bus: BusConfig, *, until: int, linger_s: float = 0.0) -> None:
-    """The lanes' producers side by side until ``until`` outcomes are out, and ``linger_s`` more."""
+async def run_lanes(
+    lanes: dict[str, Producer], bus: BusConfig, *, until: int, passed_over: int = 0, linger_s: float = 0.0
+) -> None:
+    """The lanes' producers side by side until ``until`` outcomes are out and each lane passed over
+    ``passed_over`` records, and ``linger_s`` more."""
     with anyio.fail_after(240):
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
@@ -83,7 +87,8 @@ async def run_lanes(lanes: dict[str, Producer], bus: BusConfig, *, until: int, l
                 await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
 
             async def out() -> bool:
-                return len(await outcomes(bus)) >= until
+                over = all(p.metrics.passed_over.value() >= passed_over for p in lanes.values())
+                return over and len(await outcomes(bus)) >= until
 
             await wait_until(out, 0.5)
             await anyio.sleep(linger_s)
@@ -167,6 +172,54 @@ async def test_stale_work_is_not_run_and_says_why(bus_config: BusConfig, keyed_g
     assert {t.episode_id for t in await turns(bus_config)} == {fresh.episode_id}
 
 
+async def test_work_naming_a_task_outside_the_task_roots_is_answered_and_never_run(
+    bus_config: BusConfig, keyed_gateway: str, tmp_path: Path
+) -> None:
+    """The producer daemon with one task root (its config file's ``task_roots``): work naming a task
+    elsewhere on its host (by its path, through ``..``, through a link inside the root) gets a
+    ``not_run:task_not_allowed`` outcome, scored a discard, and makes no call; a task under the root and
+    a bundled one run."""
+    root, evil = tmp_path / "tasks", tmp_path / "evil-task"
+    for task in (root / "mine", evil):
+        task.mkdir(parents=True)
+        (task / "task.toml").write_text("[task]\n")
+    (root / "escape").symlink_to(evil, target_is_directory=True)
+    paths = {
+        "mine": root / "mine",
+        "evil": evil,
+        "dotdot": f"{root}/mine/../../evil-task",
+        "escape": root / "escape",
+    }
+    *requests, bundled = work("roots", len(paths) + 1, 1)  # the last: click-button, by name
+    named = {name: msgspec.structs.replace(w, task=TaskRef(name=name, path=str(path)))
+             for w, (name, path) in zip(requests, paths.items(), strict=True)}  # fmt: skip
+    requests.append(bundled)
+    await publish(bus_config, *named.values(), bundled)
+    config = tmp_path / "producer.toml"
+    config.write_text(f"[producer]\nmax_turns = 1\ntask_roots = [{str(root)!r}]\n")
+    proc = producer_cli(bus_config, keyed_gateway, tmp_path / "producer.log", "--config", str(config))
+    try:
+        with anyio.fail_after(120):
+
+            async def all_answered() -> bool:
+                return len(await outcomes(bus_config)) >= len(requests)
+
+            await wait_until(all_answered, 0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    got = {o.episode_id: o for o in await outcomes(bus_config)}
+    assert sorted(got) == sorted(w.episode_id for w in requests)  # one outcome each
+    refused = [got[named[name].episode_id] for name in ("evil", "dotdot", "escape")]
+    for outcome in refused:
+        assert outcome.early_termination_reason == "not_run:task_not_allowed", outcome
+        assert not outcome.agent_started and outcome.n_calls == 0 and outcome.exception is None
+        assert classify(outcome)[1] == Discard(reason="task_not_allowed")
+    ran = {named["mine"].episode_id, bundled.episode_id}
+    assert all(got[e].agent_started and got[e].n_calls == 1 for e in ran)
+    assert {t.episode_id for t in await turns(bus_config)} == ran  # the refused ones made no call at all
+
+
 async def test_without_a_gateway_each_episode_still_ends_with_an_outcome(bus_config: BusConfig) -> None:
     requests = work("nogw", 1, 2)
     await publish(bus_config, *requests)
@@ -190,7 +243,9 @@ async def test_without_a_gateway_each_episode_still_ends_with_an_outcome(bus_con
         assert o.exception.phase == "agent_setup"
 
 
-def producer_cli(bus: BusConfig, gateway_url: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+def producer_cli(
+    bus: BusConfig, gateway_url: str, log: Path, *options: str, **env: str
+) -> subprocess.Popen[bytes]:
     args = [
         sys.executable,
         "-m",
@@ -201,7 +256,15 @@ def producer_cli(bus: BusConfig, gateway_url: str, log: Path, **env: str) -> sub
         "--gateway-url",
         gateway_url,
     ]
-    args += ["--bootstrap", bus.bootstrap_servers, "--prefix", bus.topic_prefix, "--concurrency", "2"]
+    args += [
+        "--bootstrap",
+        bus.bootstrap_servers,
+        "--prefix",
+        bus.topic_prefix,
+        "--concurrency",
+        "2",
+        *options,
+    ]
     with log.open("ab") as out:
         return subprocess.Popen(
             args,
@@ -302,22 +365,31 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
 async def test_training_and_evaluation_lanes_each_run_only_their_own_work(
     bus_config: BusConfig, keyed_gateway: str
 ) -> None:
-    """Work of a training run and of an evaluation (``eval-``) on one work topic: each lane's producer,
-    in its own consumer group, runs its own lane's and passes over (and commits past) the other's."""
+    """Work of a training run on the work topic, of an evaluation (``eval-``) on eval_work: each lane's
+    producer, in its own consumer group, reads its own topic and runs its own lane's work. A record of
+    the other lane's runs written on a lane's topic (the evaluator may write eval_work, the trainer
+    work) is passed over, committed past and never run."""
     training, evaluation = work("lanes", 1, 2), work("eval-lanes", 1, 2)
     await publish(bus_config, training[0], evaluation[0], training[1], evaluation[1])
+    forged = {EVAL_WORK: work("lanes-forged", 1, 1)[0], WORK: work("eval-lanes-forged", 1, 1)[0]}
+    async with EventProducer(bus_config) as out:
+        for topic, record in forged.items():
+            await out.publish(topic, record)
     base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
                           max_turns=1, concurrency=2, bus=bus_config)  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
     assert lanes["train"].config.group != lanes["eval"].config.group
-    await run_lanes(lanes, bus_config, until=4)
+    await run_lanes(lanes, bus_config, until=4, passed_over=1)
     got = await outcomes(bus_config)
     assert sorted(o.episode_id for o in got) == sorted(
         w.episode_id for w in training + evaluation
-    )  # one each
+    )  # one each, none for the records on the other lane's topic
     for lane, p in lanes.items():
-        assert "cua_producer_work_passed_over_total 2\n" in p.metrics.registry.render(), lane
-        assert await committed(bus_config, p.config.group) == 4  # past its own work and the other lane's
+        assert "cua_producer_work_passed_over_total 1\n" in p.metrics.registry.render(), lane
+        # past its own work and the other lane's record on its topic; nothing on the other topic
+        assert await committed(bus_config, p.config.group, p.config.work_topic) == 3, lane
+        other = EVAL_WORK if p.config.work_topic is WORK else WORK
+        assert await committed(bus_config, p.config.group, other) == 0, lane
 
 
 async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the_shared_group_alone(
@@ -336,7 +408,10 @@ async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the
     assert got == sorted(w.episode_id for w in mine + mine_eval)  # the stopped run's: none
     for lane, p in lanes.items():
         assert p.config.group.endswith(".mine"), lane
-        assert await committed(bus_config, p.config.group) == 5  # past its own work and the others'
+    # past its own work and the others' on its lane's topic (training's: the stopped run's too)
+    assert await committed(bus_config, lanes["train"].config.group, WORK) == 4
+    assert await committed(bus_config, lanes["eval"].config.group, EVAL_WORK) == 1
     shared = {"train": "producers", "eval": "eval-producers"}
     for lane in lanes:
-        assert await committed(bus_config, f"{bus_config.topic_prefix}.{shared[lane]}") == 0, lane
+        shared_group = f"{bus_config.topic_prefix}.{shared[lane]}"
+        assert await committed(bus_config, shared_group, lanes[lane].config.work_topic) == 0, lane

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
+from aiokafka.errors import TopicAuthorizationFailedError
 
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
@@ -42,6 +44,7 @@ from cua_stream.events import Event
 from cua_stream.topics import (
     ALL,
     DLQ,
+    EVAL_WORK,
     EVALS,
     OUTCOMES,
     POLICY,
@@ -116,7 +119,8 @@ def test_the_broker_is_secured_and_its_secrets_are_private(secured: Secured) -> 
 
 async def test_each_role_does_its_own_work(secured: Secured) -> None:
     """One allowed path per role, chained: trainer -> work -> producer -> outcome -> scorer -> score
-    -> trainer; the gateway's turn reaches the trainer; the reader reads every topic."""
+    -> trainer, and evaluator -> eval_work -> the producers' eval lane; the gateway's turn reaches the
+    trainer; the reader reads every topic."""
     prefix = await secured.new_prefix()
 
     def bus(role: str) -> BusConfig:
@@ -126,6 +130,8 @@ async def test_each_role_does_its_own_work(secured: Secured) -> None:
         async with EventProducer(bus("trainer")) as trainer:
             for spec in (WORK, POLICY, TRAIN_STEPS, DLQ):
                 await trainer.publish(spec, sample(spec))
+        async with EventProducer(bus("evaluator")) as evaluator:  # an evaluation's work
+            await evaluator.publish(EVAL_WORK, sample(EVAL_WORK))
         async with EventProducer(bus("gateway")) as gateway:
             await gateway.publish(TURNS, SAMPLES["turn"])
             await gateway.publish(SUMMARIES, SAMPLES["summary"])
@@ -137,10 +143,12 @@ async def test_each_role_does_its_own_work(secured: Secured) -> None:
             got.append(d)
 
         async with EventProducer(bus("producer")) as out:
-            async with EventConsumer(
-                bus("producer"), [WORK], group_id=f"{prefix}.producers", dead_letters=out
-            ) as c:
-                assert await c.run(take, stop_after=1) == 1
+            for spec, lane in ((WORK, "producers"), (EVAL_WORK, "eval-producers")):  # each lane's group
+                async with EventConsumer(
+                    bus("producer"), [spec], group_id=f"{prefix}.{lane}", dead_letters=out
+                ) as c:
+                    assert await c.run(take, stop_after=1) == 1
+            assert [d.event.run_id for d in got] == ["run-7", "eval-7"]
             async with Follower(bus("producer"), [POLICY]) as policy:
                 while not (polled := await policy.poll(1.0)):
                     pass
@@ -152,16 +160,31 @@ async def test_each_role_does_its_own_work(secured: Secured) -> None:
         # scorer: the real daemon, its transactional id and group (as configured by default)
         await Scorer(ScorerConfig(bus=bus("scorer"))).run(stop_after=1)
 
-        async with EventProducer(bus("evaluator")) as evaluator:  # an evaluation: its work, its results
-            await evaluator.publish(WORK, SAMPLES["work_request"])
+        async with EventProducer(bus("evaluator")) as evaluator:  # the evaluation's results
             await evaluator.publish(EVALS, SAMPLES["eval_report"])
-        for spec in (OUTCOMES, SCORES, POLICY, EVALS):
+        for spec in (EVAL_WORK, OUTCOMES, SCORES, POLICY, EVALS):  # its work again, to resume
             assert [d async for d in scan(bus("evaluator"), spec)], spec.name
 
         for spec in (TURNS, SUMMARIES, SCORES):  # the trainer's inputs
             assert len(await read_events(bus("trainer"), spec, 1, timeout_s=30)) == 1
-        for spec in ALL:  # the reader sees everything (the work twice: the trainer's, the evaluator's)
-            assert len([d async for d in scan(bus("reader"), spec)]) == (2 if spec is WORK else 1), spec.name
+        for spec in ALL:  # the reader sees everything
+            assert len([d async for d in scan(bus("reader"), spec)]) == 1, spec.name
+
+
+async def test_the_evaluator_writes_evaluation_work_and_never_training_work(secured: Secured) -> None:
+    """The evaluator's principal issues an evaluation's work on eval_work, which only the producers' eval
+    lane reads; the broker refuses it the work topic, which training's producers play."""
+    prefix = await secured.new_prefix()
+    with anyio.fail_after(60):
+        async with EventProducer(secured.bus("evaluator", prefix, connect_timeout_s=10)) as evaluator:
+            await evaluator.publish(EVAL_WORK, EVAL_REQUEST)
+            with pytest.raises(TopicAuthorizationFailedError):
+                await evaluator.publish(WORK, SAMPLES["work_request"])
+            with pytest.raises(TopicAuthorizationFailedError):  # an eval run's id changes nothing
+                await evaluator.publish(WORK, EVAL_REQUEST)
+        admin = secured.bus("admin", prefix)
+        assert [d.event async for d in scan(admin, EVAL_WORK)] == [EVAL_REQUEST]
+        assert [d async for d in scan(admin, WORK)] == []
 
 
 async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured, tmp_path: Path) -> None:
@@ -258,6 +281,7 @@ async def test_every_forbidden_operation_is_refused(secured: Secured) -> None:
             ("write scores", publish("producer", SCORES)),
             ("write policy", publish("producer", POLICY)),
             ("write work", publish("producer", WORK)),
+            ("write eval_work", publish("producer", EVAL_WORK)),
             ("write turns", publish("producer", TURNS)),
             ("read scores", read("producer", SCORES)),
             ("join another group", join("producer", WORK, f"{prefix}.other")),
@@ -280,6 +304,9 @@ async def test_every_forbidden_operation_is_refused(secured: Secured) -> None:
             ("the producers' group", join("scorer", OUTCOMES, f"{prefix}.producers")),
         ],
         "evaluator": [
+            # training's work: what a training producer plays is the trainer's to write, and only its
+            ("write work", publish("evaluator", WORK)),
+            ("read work", read("evaluator", WORK)),
             ("write scores", publish("evaluator", SCORES)),
             ("write policy", publish("evaluator", POLICY)),
             ("write outcomes", publish("evaluator", OUTCOMES)),
@@ -288,6 +315,7 @@ async def test_every_forbidden_operation_is_refused(secured: Secured) -> None:
         ],
         "trainer": [
             ("write outcomes", publish("trainer", OUTCOMES)),
+            ("write eval_work", publish("trainer", EVAL_WORK)),
             ("write scores", publish("trainer", SCORES)),
             ("write turns", publish("trainer", TURNS)),
             ("read outcomes", read("trainer", OUTCOMES)),
@@ -320,9 +348,15 @@ def test_the_secured_broker_started_in_time(secured: Secured) -> None:
     assert secured.start_s < secured.broker.config.start_timeout_s
 
 
+EVAL_REQUEST = msgspec.structs.replace(
+    SAMPLES["work_request"], run_id="eval-7", group_id="eval-grp-3", episode_id="eval-ep-3-1"
+)
+
+
 def sample(spec: TopicSpec) -> Event:
     return {
         WORK: SAMPLES["work_request"],
+        EVAL_WORK: EVAL_REQUEST,
         TURNS: SAMPLES["turn"],
         SUMMARIES: SAMPLES["summary"],
         OUTCOMES: SAMPLES["outcome"],

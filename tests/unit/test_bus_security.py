@@ -104,7 +104,8 @@ def test_each_topic_has_the_writers_the_daemons_need_and_no_others() -> None:
             into = writers if acl.operation == "write" else readers
             into.setdefault(acl.name.removeprefix("p."), set()).add(acl.role)
     assert writers == {
-        "work": {"trainer", "evaluator"},
+        "work": {"trainer"},  # training's work: the evaluator cannot have a training producer play anything
+        "eval_work": {"evaluator"},
         "evals": {"evaluator"},
         "policy": {"trainer"},
         "train_steps": {"trainer"},
@@ -119,7 +120,8 @@ def test_each_topic_has_the_writers_the_daemons_need_and_no_others() -> None:
         "summaries": {"trainer"},
         "scores": {"trainer", "scorer", "evaluator"},
         "policy": {"trainer", "producer", "evaluator"},
-        "work": {"trainer", "producer", "evaluator"},
+        "work": {"trainer", "producer"},
+        "eval_work": {"producer", "evaluator"},
         "evals": {"evaluator"},
         "train_steps": {"trainer"},
         "dlq": {"trainer"},

@@ -144,6 +144,7 @@ def test_keys_come_from_the_topic_spec_and_co_partition_a_group() -> None:
 
     expected = {
         "work": b"grp-3",
+        "eval_work": b"grp-3",
         "turns": b"grp-3",
         "summaries": b"grp-3",
         "outcomes": b"grp-3",
@@ -155,6 +156,7 @@ def test_keys_come_from_the_topic_spec_and_co_partition_a_group() -> None:
     }
     sample_of = {
         "work": "work_request",
+        "eval_work": "work_request",
         "turns": "turn",
         "summaries": "summary",
         "outcomes": "outcome",

@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from cua_stream.config import ConfigError
+from cua_stream.topics import EVAL_WORK, WORK, work_topic
 from producers.config import producer_config
 
 
@@ -16,6 +17,14 @@ def test_a_producer_without_runs_takes_every_run_of_its_lane_in_the_shared_group
     assert train.takes("learn-1-oracle") and train.takes("anything") and not train.takes("eval-x")
     evals = msgspec.structs.replace(train, lane="eval")
     assert evals.group == "cua.eval-producers" and evals.takes("eval-x") and not evals.takes("x")
+
+
+def test_each_lane_reads_the_topic_its_runs_work_is_issued_on() -> None:
+    """Evaluations' work on a topic of its own: the evaluator's principal writes only that one."""
+    train = producer_config({}, {})
+    evals = msgspec.structs.replace(train, lane="eval")
+    assert train.work_topic is WORK and work_topic("learn-1-oracle") is WORK
+    assert evals.work_topic is EVAL_WORK and work_topic("eval-learn-1-base") is EVAL_WORK
 
 
 def test_a_producer_with_runs_takes_only_theirs_and_reads_in_a_group_of_its_own() -> None:

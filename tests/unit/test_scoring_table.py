@@ -109,20 +109,24 @@ def discard(reason: str) -> Discard:
 OK_REWARD = {"reward": 1.0}
 
 
-def _not_run_stale() -> OutcomeEvent:
-    from cua_stream.events import DiscardReason, TaskRef, WorkRequest
-    from producers.admission import not_run_outcome
+def _not_run(reason: str) -> Callable[[], OutcomeEvent]:
+    def outcome() -> OutcomeEvent:
+        from cua_stream.events import DiscardReason, TaskRef, WorkRequest
+        from producers.admission import not_run_outcome
 
-    work = WorkRequest(
-        run_id="r", group_id="g", episode_id="e", task=TaskRef(name="t"), sample_index=0, group_size=2,
-        policy_version=1, created_at=0.0,
-    )  # fmt: skip
-    return not_run_outcome(work, DiscardReason.STALE, attempt=0, now=0.0)
+        work = WorkRequest(
+            run_id="r", group_id="g", episode_id="e", task=TaskRef(name="t"), sample_index=0, group_size=2,
+            policy_version=1, created_at=0.0,
+        )  # fmt: skip
+        return not_run_outcome(work, DiscardReason(reason), attempt=0, now=0.0)
+
+    return outcome
 
 
 CASES: list[Case] = [
     # --- refused at admission: no trial at all
-    Case("not-run-stale", _not_run_stale, "not_run", Discard(reason="stale")),
+    Case("not-run-stale", _not_run("stale"), "not_run", Discard(reason="stale")),
+    Case("not-run-task-elsewhere", _not_run("task_not_allowed"), "not_run", discard("task_not_allowed")),
     # --- abandoned
     case("cancelled-mid-episode", "abandoned", discard("abandoned"), exc=asyncio.CancelledError(), reached=AGENT),
     case("cancelled-in-setup", "abandoned", discard("abandoned"), exc=asyncio.CancelledError(), reached=SETUP),

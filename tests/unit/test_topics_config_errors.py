@@ -18,7 +18,7 @@ from cua_stream.topics import POLICY as POLICY_TOPIC
 def test_episode_topics_are_co_partitioned_by_group() -> None:
     topics = Topics(prefix="x", episode_partitions=6)
     episode = [s for s in ALL if s.episode_partitioned]
-    assert {s.name for s in episode} == {"work", "turns", "summaries", "outcomes", "scores"}
+    assert {s.name for s in episode} == {"work", "eval_work", "turns", "summaries", "outcomes", "scores"}
     assert {topics.partitions_of(s) for s in episode} == {6}
     assert {s.key for s in episode} == {"group_id"}
 

@@ -62,7 +62,11 @@ def friendly_errors[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
             cause = _only_cause(e)
             if not isinstance(cause, _EXPECTED):
                 raise
-            err.print(f"[red]error:[/red] {escape(str(cause) or type(cause).__name__)}", highlight=False)
+            err.print(  # unwrapped: one line whatever the terminal's width (a log, a pipe: 80)
+                f"[red]error:[/red] {escape(str(cause) or type(cause).__name__)}",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(2) from None
 
     return wrapper

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -33,6 +34,22 @@ def load_file(path: Path | None) -> dict[str, Any]:
 
 def make_bus(bootstrap: str | None, prefix: str | None, config_file: Path | None) -> BusConfig:
     return bus_config({"bootstrap_servers": bootstrap, "topic_prefix": prefix}, load_file(config_file))
+
+
+def output_problem(path: Path, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take a command's output: a file, or with ``directory`` a folder of them (made
+    if missing); None when it can. Checked at start, before any work (an evaluation given a directory
+    for its results file once ran every episode, then failed to write them). The folder above must exist
+    already: a mistyped path is refused, not created."""
+    wanted, other = ("a directory", "a file") if directory else ("a file", "a directory")
+    if path.exists() and path.is_dir() != directory:
+        return f"{path} is {other}, not {wanted}"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory" if parent.exists() else f"{parent} does not exist"
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        return f"{path if path.exists() else parent} is not writable"
+    return None
 
 
 PER_CALL_LOGGERS = ("httpx", "LiteLLM")

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from cua_stream.cli._common import friendly_errors
+from cua_stream.cli._common import friendly_errors, output_problem
 
 app = typer.Typer(
     help="The container engine: a private Docker daemon (its own socket and data under the state "
@@ -127,6 +127,12 @@ def secure_env(
 
     from cua_stream.containers import secure_compose
 
+    if not folder.strip():  # Path("") is the current directory: the secrets would land wherever one stands
+        raise typer.BadParameter(
+            "give a directory (an empty one would be the current directory)", param_hint="--dir"
+        )
+    if problem := output_problem(Path(folder), directory=True):
+        raise typer.BadParameter(problem, param_hint="--dir")
     values = secure_compose.ensure_secrets(Path(folder))
     print(_export_lines(values))
 

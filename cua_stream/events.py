@@ -19,6 +19,7 @@ Token ids and logprobs travel as packed arrays (``cua_stream.packed``).
 from __future__ import annotations
 
 import enum
+import sys
 from typing import Annotated, Any
 
 import msgspec
@@ -306,24 +307,39 @@ class DeadLetter(Event, frozen=True, kw_only=True, tag="dead_letter"):
     """Parts cut to a prefix so the dead letter fits; empty: every byte is here."""
 
 
+# An evaluation's figures are checked at decode, since pages show them as measured: a negative count, a
+# rate outside [0, 1] or more successes than episodes is refused, so a reader dead-letters or skips it.
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+"""In [0, 1] (NaN fails the bounds too)."""
+Finite = Annotated[float, msgspec.Meta(ge=-sys.float_info.max, le=sys.float_info.max)]
+"""NaN and the infinities refused (msgspec checks finiteness as these two bounds)."""
+
+
 class EvalTask(msgspec.Struct, frozen=True, kw_only=True):
     """One task's results in an evaluation (or all of them, under ``task`` = ``overall``)."""
 
     task: str
-    episodes: int
-    scored: int
+    episodes: Count
+    scored: Count
     """Episodes with a reward (discards and episodes never scored are left out of the rates)."""
-    successes: int
-    low: float
-    high: float
+    successes: Count
+    low: Rate
+    high: Rate
     """The success rate's 95 % Wilson interval (0 and 1 with nothing scored)."""
-    pass_at: dict[int, float] = {}
+    pass_at: dict[Annotated[int, msgspec.Meta(ge=1)], Rate] = {}
     """pass@k (the unbiased estimator) for each k up to the samples per instance."""
-    mean_reward: float | None = None
-    discards: dict[str, int] = {}
-    unscored: int = 0
-    mean_turns: float | None = None
-    mean_seconds: float | None = None
+    mean_reward: Finite | None = None
+    discards: dict[str, Count] = {}
+    unscored: Count = 0
+    mean_turns: Annotated[float, msgspec.Meta(ge=0.0, le=sys.float_info.max)] | None = None
+    mean_seconds: Finite | None = None
+
+    def __post_init__(self) -> None:  # the figures against each other (on decode: a ValidationError)
+        if not self.successes <= self.scored <= self.episodes or self.low > self.high:
+            raise ValueError(f"task {self.task!r}: not successes <= scored <= episodes and low <= high")
+        if self.scored + self.unscored + sum(self.discards.values()) > self.episodes:
+            raise ValueError(f"task {self.task!r}: more scored, discarded and unscored than episodes")
 
 
 class EvalReport(Event, frozen=True, kw_only=True, tag="eval_report"):
@@ -333,22 +349,22 @@ class EvalReport(Event, frozen=True, kw_only=True, tag="eval_report"):
 
     policy: str
     """A scripted policy's name (``oracle``), or the model directory evaluated."""
-    policy_version: int | None = None
+    policy_version: Count | None = None
     """The training run's weight version evaluated (``of_run``); None for a model directory or a script."""
     of_run: str = ""
     """The training run whose version was evaluated (empty: none)."""
-    version_published_at: float | None = None
+    version_published_at: Finite | None = None
     """When that version's ``PolicyVersion`` was published: ``created_at`` minus this is the evaluation's
     lag behind training."""
     environment: str
-    samples: int
+    samples: Count
     """Episodes per task instance (task and layout): the k of pass@k."""
-    success_at: float
+    success_at: Finite
     """The reward at or above which an episode counts as a success."""
-    layouts: int
+    layouts: Count
     tasks: tuple[EvalTask, ...]
     """Per task, then ``overall``."""
-    created_at: float
+    created_at: Finite
 
 
 RECORD_TYPES: tuple[type[Event], ...] = (

@@ -45,6 +45,12 @@ class StepRules(msgspec.Struct, frozen=True, kw_only=True):
     max_staleness: int = 1
     """Read only under ``on_stale = "mask"`` (the tokens the step masked)."""
 
+    def __post_init__(self) -> None:
+        # as the trainer's own config refuses them: a rebuild under rules no trainer ran reports a mismatch
+        for name in ("max_seq_len", "min_survivors"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"trainer.{name}: must be >= 1, not {getattr(self, name)}")
+
     def policy(self, group_size: int) -> GroupPolicy:
         return GroupPolicy(
             group_size=group_size,

@@ -2,10 +2,10 @@
 ``BusUnavailable``), then one clear error instead of a client library's traceback; and the one place a
 client's security settings come from (``client_security``), so no client is ever made without them.
 
-A refusal (wrong password, unknown user, an untrusted certificate) is not retried: it will not heal by
-waiting, and 30 s of backoff would hide it. aiokafka reports it, at bootstrap, as the same
-``KafkaConnectionError`` as an unreachable broker, so after a failed attempt one probe connection asks
-the first broker why (``_refusal``)."""
+A refusal (wrong password, unknown user, an untrusted certificate, a client without credentials at a
+secured broker) is not retried: it will not heal by waiting, and 30 s of backoff would hide it. aiokafka
+reports it, at bootstrap, as the same ``KafkaConnectionError`` as an unreachable broker, so after a
+failed attempt one probe connection asks the first broker why (``_refusal``)."""
 
 from __future__ import annotations
 
@@ -75,13 +75,23 @@ _REFUSALS = (
 )
 
 
-async def _refusal(config: BusConfig) -> BusRefused | None:
-    """Why the first broker refuses this client, if it does (None: unreachable, or it accepts us)."""
-    if config.security_protocol == "PLAINTEXT":
-        return None  # nothing to refuse: a PLAINTEXT client is only ever unreachable
+async def _refusal(config: BusConfig, failure: Exception) -> BusRefused | None:
+    """Why the first broker refuses this client, if it does (None: unreachable, or it accepts us), after
+    an attempt that ended in ``failure``."""
     host, _, port = config.bootstrap_servers.split(",")[0].rpartition(":")
+    probe_s = max(MIN_ATTEMPT_S, min(10.0, config.connect_timeout_s))
+    if config.security_protocol == "PLAINTEXT":
+        # a secured listener closes a plaintext request unanswered, as if it were down: one TLS handshake
+        # tells the two apart (a listener that never answered is no secured one: it would have closed)
+        if isinstance(failure, TimeoutError) or not await _speaks_tls(host.strip("[]"), int(port), probe_s):
+            return None
+        return BusRefused(
+            f"Kafka at {config.bootstrap_servers} requires SASL_SSL authentication (its listener speaks TLS; "
+            "this client is PLAINTEXT): set bus.security_protocol = SASL_SSL with bus.sasl_username, "
+            "bus.sasl_password_file and bus.ssl_cafile (env CUA_SECURITY_PROTOCOL, ...)"
+        )
     try:
-        with anyio.fail_after(max(MIN_ATTEMPT_S, min(10.0, config.connect_timeout_s))):
+        with anyio.fail_after(probe_s):
             conn = await create_conn(
                 host.strip("[]"), int(port), request_timeout_ms=config.request_timeout_ms,
                 **client_security(config),
@@ -99,6 +109,20 @@ async def _refusal(config: BusConfig) -> BusRefused | None:
         return None
     conn.close()
     return None
+
+
+async def _speaks_tls(host: str, port: int, timeout_s: float) -> bool:
+    """Whether the listener at ``host:port`` answers a TLS handshake (a certificate this host does not
+    trust says so too: nothing is sent over the connection)."""
+    try:
+        with anyio.fail_after(timeout_s):
+            stream = await anyio.connect_tcp(host, port, tls=True, tls_standard_compatible=False)
+    except ssl.SSLCertVerificationError:
+        return True  # a certificate was offered: TLS
+    except Exception:  # closed, reset, no answer, not TLS
+        return False
+    await stream.aclose()
+    return True
 
 
 def backoff_s(attempt: int) -> float:
@@ -128,7 +152,7 @@ async def start_client(
                 "no ACL allows what this client needs (each role's ACLs: `cua-stream acl print`)"
             ) from None
         except (KafkaConnectionError, TimeoutError) as e:
-            refused = await _refusal(config)
+            refused = await _refusal(config, e)
             if refused is not None:
                 await _stop_quietly(stop)
                 raise refused from None

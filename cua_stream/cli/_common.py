@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,6 +36,22 @@ def make_bus(bootstrap: str | None, prefix: str | None, config_file: Path | None
     return bus_config({"bootstrap_servers": bootstrap, "topic_prefix": prefix}, load_file(config_file))
 
 
+def output_problem(path: Path, *, directory: bool = False) -> str | None:
+    """Why ``path`` cannot take a command's output: a file, or with ``directory`` a folder of them (made
+    if missing); None when it can. Checked at start, before any work (an evaluation given a directory
+    for its results file once ran every episode, then failed to write them). The folder above must exist
+    already: a mistyped path is refused, not created."""
+    wanted, other = ("a directory", "a file") if directory else ("a file", "a directory")
+    if path.exists() and path.is_dir() != directory:
+        return f"{path} is {other}, not {wanted}"
+    parent = path.parent
+    if not parent.is_dir():
+        return f"{parent} is not a directory" if parent.exists() else f"{parent} does not exist"
+    if not os.access(path if path.exists() else parent, os.W_OK):
+        return f"{path if path.exists() else parent} is not writable"
+    return None
+
+
 PER_CALL_LOGGERS = ("httpx", "LiteLLM")
 """Libraries that log every request at INFO (a line per HTTP call, two per LLM call): shown at DEBUG only."""
 
@@ -62,7 +79,11 @@ def friendly_errors[**P, R](fn: Callable[P, R]) -> Callable[P, R]:
             cause = _only_cause(e)
             if not isinstance(cause, _EXPECTED):
                 raise
-            err.print(f"[red]error:[/red] {escape(str(cause) or type(cause).__name__)}", highlight=False)
+            err.print(  # unwrapped: one line whatever the terminal's width (a log, a pipe: 80)
+                f"[red]error:[/red] {escape(str(cause) or type(cause).__name__)}",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(2) from None
 
     return wrapper

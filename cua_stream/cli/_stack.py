@@ -32,9 +32,10 @@ class Serving:
 
 
 def broker_and_topics(
-    file_data: dict[str, Any], step: Callable[[str], None]
+    file_data: dict[str, Any], step: Callable[[str], None], *, prefix: str | None = None
 ) -> tuple[LocalBroker, BusConfig]:
-    """Start the local broker (or find it running) and create the topics; the bus that reaches them."""
+    """Start the local broker (or find it running) and create the topics (under ``prefix``, else the
+    config's); the bus that reaches them."""
     broker = LocalBroker(build(BrokerConfig, "broker", file_data=file_data))
     step("starting the local Kafka broker (the first run downloads ~45 MB of jars)")
     out.print("    " + broker.start().describe())
@@ -42,7 +43,7 @@ def broker_and_topics(
         BusConfig,
         "bus",
         file_data=file_data,
-        overrides={"bootstrap_servers": broker.config.bootstrap_servers},
+        overrides={"bootstrap_servers": broker.config.bootstrap_servers, "topic_prefix": prefix},
     )
     step("creating the topics")
     create_topics(bus)

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from cua_stream.cli._common import friendly_errors
+from cua_stream.cli._common import friendly_errors, output_problem
+from cua_stream.errors import ContainerEngineError
 
 app = typer.Typer(
     help="The container engine: a private Docker daemon (its own socket and data under the state "
@@ -106,6 +107,11 @@ def local_env(
     from cua_stream.config import child_env
     from cua_stream.containers import dockerd, local_compose
 
+    # a local broker on Kafka's host port (the demo's) makes compose fail inside, half started; any other
+    # holder is left alone: compose's own Kafka, when this runs again for a stack already up
+    port = local_compose.kafka_host_port(child_env())
+    if not local_compose.host_port_free(port) and (pid := _local_broker_on(port)) is not None:
+        raise ContainerEngineError(local_compose.taken_port_line(port, pid))
     values = local_compose.local_env(local_compose.checkout_root(), Path(models), child_env())
     if trials is not None:
         values |= local_compose.docker_producer_env(dockerd.DockerHome.default(), Path(trials))
@@ -127,8 +133,24 @@ def secure_env(
 
     from cua_stream.containers import secure_compose
 
+    if not folder.strip():  # Path("") is the current directory: the secrets would land wherever one stands
+        raise typer.BadParameter(
+            "give a directory (an empty one would be the current directory)", param_hint="--dir"
+        )
+    if problem := output_problem(Path(folder), directory=True):
+        raise typer.BadParameter(problem, param_hint="--dir")
     values = secure_compose.ensure_secrets(Path(folder))
     print(_export_lines(values))
+
+
+def _local_broker_on(port: int) -> int | None:
+    """The pid of the local broker (``cua-stream broker``, this environment's home) if it listens on
+    ``port``."""
+    from cua_stream.broker import BrokerConfig, LocalBroker
+    from cua_stream.config import build
+
+    status = LocalBroker(build(BrokerConfig, "broker")).status()
+    return status.pid if status.running and status.bootstrap_servers.endswith(f":{port}") else None
 
 
 def _build(home: object, *, rebuild: bool) -> None:

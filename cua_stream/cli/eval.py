@@ -21,7 +21,7 @@ import msgspec
 import typer
 from rich.console import Console
 
-from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._common import ConfigFile, Prefix, friendly_errors, load_file, output_problem
 from cua_stream.cli._eval_report import comparison_table, results_table
 from cua_stream.cli._stack import (
     Steps,
@@ -124,6 +124,7 @@ def eval_(
             "--bootstrap", "-b", help="A running Kafka broker (host:port) instead of the local one."
         ),
     ] = None,
+    prefix: Prefix = None,
     engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
     gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
     policies_port: Annotated[int, typer.Option(help="Scripted-policy server port.")] = 8090,
@@ -141,8 +142,14 @@ def eval_(
         raise typer.BadParameter("a scripted policy has no versions to follow", param_hint="--follow")
     if metrics_port is not None and not (follow and 0 <= metrics_port <= 65535):
         raise typer.BadParameter("a port in 0..65535, with --follow", param_hint="--metrics-port")
-    if every < 1 or until_version < 0:
-        raise typer.BadParameter("--every at least 1, --until-version at least 0", param_hint="--every")
+    if every < 1:
+        raise typer.BadParameter(f"at least 1, not {every}", param_hint="--every")
+    if until_version < 0:
+        raise typer.BadParameter(f"at least 0 (0: follow until Ctrl-C), not {until_version}",
+                                 param_hint="--until-version")  # fmt: skip
+    # where the results go, before any episode runs (with --follow: a directory of one file per version)
+    if out_file is not None and (problem := output_problem(out_file, directory=bool(follow))):
+        raise typer.BadParameter(problem, param_hint="--out")
     # following a run, the default id is the same at every start: a restart resumes the evaluation
     run = run_id or (
         f"{EVAL_RUN_PREFIX}{follow}" if follow else f"{EVAL_RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
@@ -165,7 +172,7 @@ def eval_(
         trials="eval-trials",
     )
     step = Steps(5)
-    bus = _bus(file_data, bootstrap, step)
+    bus = _bus(file_data, bootstrap, prefix, step)
     producer = msgspec.structs.replace(producer, bus=bus, lane="eval")  # its own group: beside training
     if shared:
         producer = msgspec.structs.replace(producer, gateway_url=gateway_url)
@@ -220,17 +227,17 @@ class _Evaluation:
 
 
 async def _evaluate(ctx: _Evaluation, run: str, version: PolicyVersion | None) -> EvalReport:
-    """One evaluation (``cua_stream.evaluate.evaluate``): the table printed, the results written and
-    published (the report returned)."""
+    """One evaluation (``cua_stream.evaluate.evaluate``): the table printed, the results published and
+    written (the report returned). Published first: a file that cannot be written loses no results."""
     results = await evaluate(ctx.ev, run, version.weights_path if version else ctx.label)
-    path = ctx.out / f"v{version.version}.json" if version else ctx.out
-    files.save(path, results)
     _console().print(results_table(results, ctx.success_at))
-    out.print(f"Episodes written to [bold]{path}[/bold]")
     bus = ctx.ev.producer.bus
     report = report_of(results, success_at=ctx.success_at, version=version)
     await publish_report(bus, report)
     out.print(f"Results published to [bold]{bus.topics().name_of(EVALS)}[/bold] (the dashboard's eval panel)")
+    path = ctx.out / f"v{version.version}.json" if version else ctx.out
+    files.save(path, results)
+    out.print(f"Episodes written to [bold]{path}[/bold]")
     return report
 
 
@@ -274,7 +281,7 @@ async def _follow_versions(
 
     from consumers.trainer.weights import push_weights
     from cua_stream.bus.reader import scan
-    from cua_stream.evaluation.follow import due, evaluated_versions, version_run
+    from cua_stream.evaluation.follow import due, evaluated_versions, version_run, waiting_line
     from cua_stream.topics import POLICY
 
     bus = ctx.ev.producer.bus
@@ -285,12 +292,14 @@ async def _follow_versions(
     waiting = False
     async with httpx.AsyncClient() as http:
         while not (until and max(done, default=0) >= until):
-            policies = [d.event async for d in scan(bus, POLICY) if d.event.run_id == of_run]
-            metrics.seen(policies, done)  # type: ignore[arg-type]
-            version = due(policies, done, every)  # type: ignore[arg-type]
+            published: list[PolicyVersion] = [d.event async for d in scan(bus, POLICY)]  # type: ignore[misc]
+            policies = [p for p in published if p.run_id == of_run]
+            metrics.seen(policies, done)
+            version = due(policies, done, every)
             if version is None:
                 if not waiting:
-                    out.print(f"    waiting for run {of_run} to publish a version (every {every})")
+                    line = waiting_line(of_run, published, done, every, bus.topics().name_of(POLICY))
+                    out.print(f"    {line}", markup=False)
                 waiting = True
                 await anyio.sleep(FOLLOW_POLL_S)
                 continue
@@ -366,12 +375,14 @@ def _plan(
     return plan
 
 
-def _bus(file_data: dict[str, Any], bootstrap: str | None, step: Steps) -> BusConfig:
-    """The local broker (started if need be), or the running one at ``bootstrap``; the topics on it."""
+def _bus(file_data: dict[str, Any], bootstrap: str | None, prefix: str | None, step: Steps) -> BusConfig:
+    """The local broker (started if need be), or the running one at ``bootstrap``; the topics on it (under
+    ``prefix``, else the config's)."""
     if bootstrap is None:
-        return broker_and_topics(file_data, step)[1]
+        return broker_and_topics(file_data, step, prefix=prefix)[1]
     step(f"using the Kafka broker at {bootstrap}")
-    bus = build(BusConfig, "bus", file_data=file_data, overrides={"bootstrap_servers": bootstrap})
+    overrides = {"bootstrap_servers": bootstrap, "topic_prefix": prefix}
+    bus = build(BusConfig, "bus", file_data=file_data, overrides=overrides)
     step("creating the topics")
     create_topics(bus)
     return bus

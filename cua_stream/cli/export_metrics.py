@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from cua_stream.bus.reader import scan
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
+from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
 from cua_stream.config import BusConfig
 from cua_stream.events import Event, GroupDropped, TrainStep
 from cua_stream.metrics_sinks import SinkSpec
@@ -43,6 +43,8 @@ def export_metrics(
     Examples: `cua-stream export-metrics --run r1 --to tensorboard runs/`, `... --to wandb wandb-runs/`."""
     kind, where = to
     spec = SinkSpec.parse(f"{kind}:{where}")
+    if problem := output_problem(where, directory=True):  # before the run's records are read
+        raise typer.BadParameter(problem, param_hint="--to")
     bus = make_bus(bootstrap, prefix, config)
     records = anyio.run(run_records, bus, run)
     sink = MetricsSink(open_writer(spec, run))

@@ -54,7 +54,9 @@ Model = Annotated[
 MaxSeqLen = Annotated[
     int | None,
     typer.Option(
-        "--max-seq-len", help="The trainer's max_seq_len (default: the config's trainer section, or 32768)."
+        "--max-seq-len",
+        min=1,
+        help="The trainer's max_seq_len (default: the config's trainer section, or 32768).",
     ),
 ]
 NegativeScale = Annotated[

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -28,6 +29,36 @@ SECURE = "secure.yml"
 SECRETS = ("MINIO_ROOT_PASSWORD", "ENGINE_API_KEY", "GATEWAY_API_KEY", "GATEWAY_ADMIN_API_KEY",
            "GRAFANA_ADMIN_PASSWORD")  # fmt: skip
 """What the main file requires (``${VAR:?}``); each gets a fresh random value unless already set."""
+
+
+KAFKA_HOST_PORT = "KAFKA_HOST_PORT"
+"""The variable compose/local.yml publishes Kafka's host listener on ``127.0.0.1:`` by (default 9092)."""
+
+
+def kafka_host_port(present: Mapping[str, str]) -> int:
+    """The host port compose/local.yml will publish Kafka on, given the environment ``present``."""
+    text = present.get(KAFKA_HOST_PORT) or "9092"
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ContainerEngineError(f"{KAFKA_HOST_PORT}={text!r} is not a TCP port")
+    return int(text)
+
+
+def host_port_free(port: int) -> bool:
+    """Whether a listener can take ``127.0.0.1:port`` (as docker's proxy binds it: address reuse on)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def taken_port_line(port: int, local_broker_pid: int) -> str:
+    """Why ``docker compose up`` would fail inside with "address already in use" for Kafka's port: a local
+    broker listens there (``scripts/demo.sh`` keeps its one for the next command), and what to do."""
+    return (f"a local Kafka broker (pid {local_broker_pid}) listens on 127.0.0.1:{port}, where compose "
+            f"publishes Kafka: stop it first (cua-stream broker stop), or export {KAFKA_HOST_PORT}=<a free port>")  # fmt: skip
 
 
 def checkout_root() -> Path:

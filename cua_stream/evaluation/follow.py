@@ -18,6 +18,21 @@ def due(published: Iterable[PolicyVersion], evaluated: set[int], every: int) -> 
     return max(eligible, key=lambda p: p.version, default=None)
 
 
+def waiting_line(of_run: str, published: Iterable[PolicyVersion], evaluated: set[int], every: int,
+                 topic: str) -> str:  # fmt: skip
+    """What an evaluation that follows ``of_run`` says while no version is due: which version it waits
+    for and on which topic, and for a run with no version there, the runs that have some (a mistyped run
+    id or a wrong topic prefix would otherwise wait in silence)."""
+    mine = [p.version for p in published if p.run_id == of_run]
+    if not mine:
+        others = sorted({p.run_id for p in published})
+        there = f"runs with versions there: {', '.join(others[:5])}" if others else "none there yet"
+        return f"waiting for run {of_run}'s first policy version on topic {topic} ({there}); Ctrl-C stops"
+    after = max(max(evaluated, default=0), max(mine))
+    step = f", every {every}" if every > 1 else ""
+    return f"waiting for run {of_run}'s next policy version after v{after} on topic {topic}{step}"
+
+
 def version_run(run_id: str, version: int) -> str:
     """The evaluation run id of one version (its episodes' ids derive from it: a resumed evaluation of
     that version issues the same ones)."""

@@ -82,8 +82,12 @@ def _kind(verdict: Reward | Discard | None) -> Verdict:
 
 
 def save(path: Path, results: EvalResults) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(msgspec.json.format(msgspec.json.encode(results)) + b"\n")
+    """Write a results file (its folder made if need be; ConfigError naming the file when it cannot be)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(msgspec.json.format(msgspec.json.encode(results)) + b"\n")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot write the results ({e.strerror})") from None
 
 
 def load(path: Path) -> EvalResults:

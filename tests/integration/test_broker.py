@@ -37,6 +37,17 @@ def test_start_status_stop_and_cache_reuse(tmp_path: Path) -> None:
         assert status.returncode == 0 and "running" in status.stdout
         again = broker("start", home=home, port=port)  # idempotent: reports the running broker
         assert again.returncode == 0 and "running" in again.stdout
+        # compose/local.yml would publish Kafka on the broker's port: before, `docker compose up` failed
+        # inside with "address already in use"; local-env says which broker holds it and how to stop it
+        local_env = subprocess.run(
+            [sys.executable, "-m", "cua_stream", "containers", "local-env", "--models", str(tmp_path)],
+            capture_output=True, text=True, timeout=120,
+            env=os.environ | {"CUA_BROKER_HOME": str(home), "KAFKA_HOST_PORT": str(port), "COLUMNS": "300"},
+        )  # fmt: skip
+        said = local_env.stderr.strip()
+        assert local_env.returncode == 2 and local_env.stdout == "" and len(said.splitlines()) == 1, said
+        assert "a local Kafka broker (pid " in said and f"listens on 127.0.0.1:{port}" in said, said
+        assert "cua-stream broker stop" in said and "KAFKA_HOST_PORT" in said, said
     finally:
         stopped = broker("stop", home=home, port=port)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout

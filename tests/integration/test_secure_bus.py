@@ -39,7 +39,7 @@ from cua_stream.bus.follow import Follower
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import read_events, scan
 from cua_stream.config import BusConfig, build, convert
-from cua_stream.errors import BusRefused, BusUnavailable
+from cua_stream.errors import BusRefused
 from cua_stream.events import Event
 from cua_stream.topics import (
     ALL,
@@ -224,12 +224,24 @@ async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured,
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_plaintext_and_untrusting_clients_are_refused(secured: Secured, tmp_path: Path) -> None:
     prefix = await secured.new_prefix()
-    plain = BusConfig(
-        bootstrap_servers=secured.broker.config.bootstrap_servers, topic_prefix=prefix, connect_timeout_s=2
-    )
-    with pytest.raises(BusUnavailable):  # the TLS listener never answers a plaintext request
+    bootstrap = secured.broker.config.bootstrap_servers
+    plain = BusConfig(bootstrap_servers=bootstrap, topic_prefix=prefix, connect_timeout_s=120)
+    t0 = time.monotonic()
+    # the TLS listener closes a plaintext request unanswered, as a broker that is down would: before, the
+    # client was told "cannot reach Kafka" once its whole connect timeout had passed
+    with pytest.raises(BusRefused, match="requires SASL_SSL authentication") as refused:
         async with EventProducer(plain):
             pass
+    assert time.monotonic() - t0 < plain.connect_timeout_s  # not retried until the timeout
+    assert "bus.security_protocol" in str(refused.value) and "\n" not in str(refused.value)
+    no_credentials = await anyio.run_process(
+        [sys.executable, "-m", "cua_stream", "topics", "create", "--bootstrap", bootstrap, "--prefix", prefix],
+        check=False,
+        env={k: v for k, v in os.environ.items() if not k.startswith(("CUA_SECURITY", "CUA_SASL", "CUA_SSL"))},
+    )  # fmt: skip
+    said = no_credentials.stderr.decode().strip()
+    assert no_credentials.returncode == 2 and len(said.splitlines()) == 1, said
+    assert "requires SASL_SSL authentication" in said and "bus.security_protocol" in said, said
     other_ca = ensure_tls(tmp_path / "other", "127.0.0.1").ca  # a CA that did not sign the broker
     t0 = time.monotonic()
     with pytest.raises(BusRefused, match="TLS"):

@@ -144,3 +144,19 @@ def test_the_docker_producer_mounts_the_daemon_and_the_trials_at_their_host_path
         home.config / "cli-plugins"
     )
     assert (tmp_path / "t").is_dir() and got["CUA_TRIALS_DIR"] == str((tmp_path / "t").resolve())
+
+
+def test_kafkas_host_port_is_read_as_compose_reads_it_and_a_held_one_is_seen() -> None:
+    import socket
+
+    assert local_compose.kafka_host_port({}) == 9092
+    assert local_compose.kafka_host_port({"KAFKA_HOST_PORT": "19092"}) == 19092
+    with pytest.raises(ContainerEngineError, match="KAFKA_HOST_PORT='x' is not a TCP port"):
+        local_compose.kafka_host_port({"KAFKA_HOST_PORT": "x"})
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert not local_compose.host_port_free(port)
+    line = local_compose.taken_port_line(port, 4242)
+    assert "\n" not in line and "(pid 4242)" in line and "cua-stream broker stop" in line

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cua_stream.evaluation.follow import FollowMetrics, due, evaluated_versions, version_run
+from cua_stream.evaluation.follow import FollowMetrics, due, evaluated_versions, version_run, waiting_line
 from cua_stream.events import EvalReport, PolicyVersion
 
 
@@ -57,3 +57,22 @@ def test_the_metrics_say_how_far_behind_the_run_the_evaluation_is() -> None:
     assert 'cua_eval_lag_seconds{of_run="run-1"} 7.5' in page
     assert 'cua_eval_evaluated_version{of_run="run-1"} 3' in page
     assert 'cua_eval_published_version{of_run="run-1"} 3' in page
+
+
+def test_waiting_says_for_which_version_of_which_run_on_which_topic() -> None:
+    """Before: a follower of a run with no version (a mistyped id, another prefix) waited without a word
+    on where it looked."""
+    topic = "cua.policy"
+    assert waiting_line("run-1", [], set(), 1, topic) == (
+        "waiting for run run-1's first policy version on topic cua.policy (none there yet); Ctrl-C stops"
+    )
+    others = [
+        PolicyVersion(run_id=r, version=1, weights_path="/w", step=1, published_at=1.0) for r in ("b", "a")
+    ]
+    assert "(runs with versions there: a, b)" in waiting_line("run-1", others, set(), 1, topic)
+    assert waiting_line("run-1", published(1, 2), {2}, 1, topic) == (
+        "waiting for run run-1's next policy version after v2 on topic cua.policy"
+    )
+    assert waiting_line("run-1", published(1, 2, 3), {2}, 2, topic).endswith(
+        "after v3 on topic cua.policy, every 2"
+    )

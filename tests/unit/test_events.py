@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 import cua_stream
 from cua_stream import events
+from cua_stream.bus.codec import decode_record
+from cua_stream.errors import UndecodableRecord
 from cua_stream.events import (
     RECORD_TYPES,
     SCHEMA,
@@ -24,6 +29,7 @@ from cua_stream.events import (
     headers_for,
     to_json,
 )
+from cua_stream.topics import EVALS
 from tests.unit.samples import SAMPLES
 
 GOLDEN = Path(__file__).parent.parent / "golden"
@@ -182,3 +188,58 @@ def test_golden_bytes_from_v3_decode_with_their_new_fields() -> None:
     work = decode((GOLDEN / "v3" / "work_request.msgpack").read_bytes())
     assert work == msgspec.structs.replace(SAMPLES["work_request"], teacher="oracle", seed=7)
     assert decode((GOLDEN / "v1" / "work_request.msgpack").read_bytes()).teacher is None
+
+
+def _forged_report(change: Callable[[dict[str, Any]], None]) -> bytes:
+    """The sample evaluation report's bytes with ``change`` applied to its fields, as anyone who can write
+    to the evals topic could publish them (no constructor in the way)."""
+    fields = msgspec.to_builtins(SAMPLES["eval_report"])
+    change(fields)
+    return msgspec.msgpack.encode(fields)
+
+
+def _set(path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    """Set ``tasks.0.successes``-style ``path`` to ``value``."""
+
+    def change(fields: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = fields
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[last] = value
+
+    return change
+
+
+FORGED_REPORTS = {
+    # the dashboard showed these as measured: success "3.33 (-10/-3)", a rate of 1e15
+    "negative counts": lambda f: f["tasks"][1].update(successes=-10, scored=-3),
+    "a rate above 1": _set("tasks.1.high", 1e15),
+    "a rate below 0": _set("tasks.0.low", -0.5),
+    "a NaN rate": _set("tasks.0.low", math.nan),
+    "more successes than scored": _set("tasks.1.successes", 6),
+    "more scored than episodes": lambda f: f["tasks"][1].update(successes=7, scored=7),
+    "more discards than episodes": _set("tasks.0.discards", {"sandbox_lost": 99}),
+    "a negative discard count": _set("tasks.0.discards", {"sandbox_lost": -1}),
+    "an interval upside down": lambda f: f["tasks"][0].update(low=0.9, high=0.1),
+    "pass@k above 1": _set("tasks.0.pass_at", {1: 0.8, 2: 1e15}),
+    "pass@0": _set("tasks.0.pass_at", {0: 0.5}),
+    "an infinite mean reward": _set("tasks.0.mean_reward", math.inf),
+    "negative turns": _set("tasks.0.mean_turns", -3.0),
+    "negative samples": _set("samples", -2),
+    "a negative version": _set("policy_version", -5),
+    "a NaN success threshold": _set("success_at", math.nan),
+}
+
+
+@pytest.mark.parametrize("forged", sorted(FORGED_REPORTS))
+def test_an_eval_report_outside_its_ranges_is_refused_at_decode(forged: str) -> None:
+    """Counts are never negative, successes <= scored <= episodes, rates lie in [0, 1], numbers are
+    finite: a record that breaks one is undecodable, so readers dead-letter or skip it."""
+    data = _forged_report(FORGED_REPORTS[forged])
+    with pytest.raises(msgspec.ValidationError):
+        decode(data)
+    with pytest.raises(UndecodableRecord):
+        decode_record(EVALS, topic="cua.evals", partition=0, offset=7, key=b"eval-7", value=data,
+                      headers=headers_for(SAMPLES["eval_report"]), timestamp_ms=0)  # fmt: skip
+    assert decode(_forged_report(lambda f: None)) == SAMPLES["eval_report"]  # the unforged one decodes

@@ -2,10 +2,17 @@
 
 The tap is a read-only observer: it joins no consumer group, commits nothing and dead-letters nothing;
 a record it cannot decode is shown as such and skipped.
+
+Records are written by whoever reaches the broker and the tap prints to a terminal, so no character of
+a record reaches it raw that a terminal acts on: control characters (C0, DEL, C1), line and paragraph
+separators and bidirectional overrides are printed as escapes (``\\x1b``, ``\\n``, ``\\u202e``), keys
+included. Before, an escape sequence in an eval's policy name set the terminal's title and a newline in
+a task name printed a forged tap line. ``--json`` lines are ASCII, every other character escaped.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -67,6 +74,21 @@ class Filter:
         return True
 
 
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+"""What a terminal acts on rather than shows: C0, DEL and C1 controls (ESC and CSI start escape sequences,
+CR and LF start lines), line and paragraph separators, bidirectional embeddings, overrides and isolates."""
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with every character of ``_UNSAFE`` written as its escape (``\\x1b``, ``\\n``, ``\\u202e``)."""
+    return _UNSAFE.sub(lambda m: _NAMED.get(m[0]) or _escape(ord(m[0])), text)
+
+
+def _escape(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
 def _clock(timestamp_ms: int) -> str:
     return time.strftime("%H:%M:%S", time.localtime(timestamp_ms / 1000)) + f".{timestamp_ms % 1000:03d}"
 
@@ -118,13 +140,16 @@ def describe(event: Event) -> str:
 
 
 def render_line(msg: ConsumerRecord, event: Event | None, error: str | None) -> str:
+    """One line (``printable``: whatever the record's strings hold)."""
     where = f"{_clock(msg.timestamp)} {msg.topic}[{msg.partition}]@{msg.offset}"
     if event is None:
-        return f"{where} !undecodable: {error}"
-    return f"{where} {tag_of(event)} {describe(event)}"
+        return printable(f"{where} !undecodable: {error}")
+    return printable(f"{where} {tag_of(event)} {describe(event)}")
 
 
 def render_json(msg: ConsumerRecord, event: Event | None, error: str | None) -> str:
+    """One line of JSON in ASCII (``json_line``: every control and non-ASCII character escaped, keys
+    included)."""
     doc = {
         "topic": msg.topic,
         "partition": msg.partition,

@@ -22,18 +22,30 @@ function el(tag, props, ...children) {
   return node;
 }
 
-function bars(table, counts, bad) {
+// Children of `parent`, replaced by `nodes` one by one: never spread as arguments (a spread of 200,000 rows
+// threw "Maximum call stack size exceeded" and left every panel after it empty).
+function fill(parent, nodes) {
+  parent.replaceChildren();
+  for (const node of nodes) parent.append(node);
+}
+
+// The row that says what a bounded list leaves out ("showing 40 of 10000 tasks").
+const notice = (text, colspan) => el("tr", { class: "muted notice" }, el("td", { colspan }, text));
+
+function bars(table, counts, bad, hidden) {
   const entries = Object.entries(counts);
   if (!entries.length) {
-    table.replaceChildren(el("tr", {}, el("td", { class: "muted" }, "none")));
+    fill(table, [el("tr", {}, el("td", { class: "muted" }, "none"))]);
     return;
   }
-  const top = Math.max(1, ...entries.map(([, n]) => n));
-  table.replaceChildren(...entries.map(([k, n]) => {
+  const top = entries.reduce((most, [, n]) => Math.max(most, n), 1);
+  const rows = entries.map(([k, n]) => {
     const bar = el("span", { class: bad && bad(k) ? "bar bad" : "bar" });
     bar.style.width = `${((100 * n) / top).toFixed(0)}%`;
     return el("tr", {}, el("td", {}, k), el("td", {}, n), el("td", { class: "bar-cell" }, bar));
-  }));
+  });
+  if (hidden) rows.push(notice(`and ${hidden.reasons} more (${hidden.records} records)`, 3));
+  fill(table, rows);
 }
 
 // `cua-stream inspect step` of a run's step, as text: the batch it trained, rebuilt from the topics.
@@ -45,30 +57,44 @@ function render(s) {
   $("source").textContent = `topics ${src.prefix}.* · ${src.mode}${src.complete ? " (complete)" : ""} · ` +
     `${s.records} records · policy v${s.latest_version}`;
   drawCharts(s);
-  $("steps-table").tBodies[0].replaceChildren(...s.steps.slice(-12).reverse().map((r) => el("tr", {},
+  fill($("steps-table").tBodies[0], s.steps.slice(-12).reverse().map((r) => el("tr", {},
     el("td", {}, r.step), el("td", {}, `v${r.policy_version}`), el("td", {}, r.episodes),
     el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, expo(r.logprob_gap, 2)), el("td", {}, fixed(r.grad_norm, 3)),
-    el("td", { class: "by-task" }, Object.entries(r.by_task).map(([t, v]) => `${t} ${fixed(v, 2)}`).join(" · ")),
+    el("td", { class: "by-task" }, byTask(r)),
     el("td", {}, el("a", { href: inspectUrl(r.run_id, r.step), class: "inspect" }, "inspect")))));
-  bars($("verdicts"), s.verdicts, (k) => k.startsWith("discard"));
-  bars($("drops"), s.drops, () => true);
-  bars($("dead-letters"), s.dead_letters, () => true);
-  bars($("staleness"), s.staleness);
+  const hidden = s.not_shown || {};
+  bars($("verdicts"), s.verdicts, (k) => k.startsWith("discard"), hidden.verdicts);
+  bars($("drops"), s.drops, () => true, hidden.drops);
+  bars($("dead-letters"), s.dead_letters, () => true, hidden.dead_letters);
+  bars($("staleness"), s.staleness, undefined, hidden.staleness);
   const l = s.latency_ms;
   $("latency").textContent = `${l.calls} recent calls · engine p50 ${l.engine_p50} ms, p95 ${l.engine_p95} ms · ` +
     `gateway p50 ${l.gateway_p50} ms, p95 ${l.gateway_p95} ms`;
-  $("tasks").tBodies[0].replaceChildren(...Object.entries(s.tasks).map(([t, r]) => el("tr", {},
+  fill($("tasks").tBodies[0], Object.entries(s.tasks).map(([t, r]) => el("tr", {},
     el("td", {}, t), el("td", {}, r.scored), el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, r.discarded))));
-  $("evals").tBodies[0].replaceChildren(...s.evals.slice().reverse().flatMap((e) => e.tasks.map((t) => el("tr",
-    { class: t.task === "overall" ? "overall" : "" },
+  fill($("evals").tBodies[0], s.evals.slice().reverse().flatMap(evalRows));
+  renderLearn($("learn").tBodies[0], s.learn);
+  fill($("episodes"), s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
+    `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
+}
+
+function byTask(step) {
+  const shown = Object.entries(step.by_task);
+  const text = shown.map(([t, v]) => `${t} ${fixed(v, 2)}`).join(" · ");
+  return step.tasks_total > shown.length ? `${text} · (${shown.length} of ${step.tasks_total} tasks shown)` : text;
+}
+
+// An evaluation's rows: a task each, then overall (with the policy), then what is left out, if anything.
+function evalRows(e) {
+  const rows = e.tasks.map((t) => el("tr", { class: t.task === "overall" ? "overall" : "" },
     el("td", {}, t.task === "overall" ? e.policy + (e.lag_s === null ? "" : ` (${e.lag_s} s after it)`) : ""),
     el("td", {}, t.task),
     el("td", {}, t.rate === null ? "-" : `${fixed(t.rate, 2)} (${Math.round(t.rate * t.scored)}/${t.scored})`),
     el("td", {}, `[${fixed(t.low, 2)}, ${fixed(t.high, 2)}]`),
-    el("td", {}, Object.entries(t.pass_at).map(([k, v]) => `@${k} ${fixed(v, 2)}`).join(" "))))));
-  renderLearn($("learn").tBodies[0], s.learn);
-  $("episodes").replaceChildren(...s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
-    `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
+    el("td", {}, Object.entries(t.pass_at).map(([k, v]) => `@${k} ${fixed(v, 2)}`).join(" "))));
+  const shown = e.tasks.filter((t) => t.task !== "overall").length;
+  if (e.tasks_total > shown) rows.push(notice(`${e.policy}: showing ${shown} of ${e.tasks_total} tasks`, 5));
+  return rows;
 }
 
 // `cua-stream learn`'s closing table, per run: a row per task, a column per stage ("—": no figure). Each cell
@@ -78,13 +104,20 @@ const stageCell = (c) => (c === null || c === undefined ? "—" : c.text);
 
 function renderLearn(body, runs) {
   if (!runs.length) {
-    body.replaceChildren(el("tr", {}, el("td", { class: "muted", colspan: 2 + STAGES.length }, "no learn run yet")));
+    fill(body, [el("tr", {}, el("td", { class: "muted", colspan: 2 + STAGES.length }, "no learn run yet"))]);
     return;
   }
-  body.replaceChildren(...runs.flatMap((r) => r.rows.map((row, i) => el("tr",
-    { class: row.task === "overall" ? "overall" : "" },
-    el("td", {}, i === 0 ? r.run : ""), el("td", {}, row.task),
-    ...STAGES.map((stage) => el("td", {}, stageCell(row.cells[stage])))))));
+  fill(body, runs.flatMap((r) => {
+    const rows = r.rows.map((row, i) => {
+      const tr = el("tr", { class: row.task === "overall" ? "overall" : "" },
+        el("td", {}, i === 0 ? r.run : ""), el("td", {}, row.task));
+      for (const stage of STAGES) tr.append(el("td", {}, stageCell(row.cells[stage])));
+      return tr;
+    });
+    const shown = r.rows.filter((row) => row.task !== "overall").length;
+    if (r.tasks_total > shown) rows.push(notice(`${r.run}: showing ${shown} of ${r.tasks_total} tasks`, 2 + STAGES.length));
+    return rows;
+  }));
 }
 
 function drawCharts(s) {
@@ -127,7 +160,7 @@ async function showEpisode(id) {
     call.append(el("pre", { class: "action" }, c.action));
     return call;
   });
-  box.replaceChildren(el("h2", {}, `Episode ${e.episode_id}`), head, ...calls);
+  fill(box, [el("h2", {}, `Episode ${e.episode_id}`), head, ...calls]);
 }
 
 function episodeInHash() {

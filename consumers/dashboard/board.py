@@ -7,20 +7,32 @@ latency (engine and gateway time of the recent calls); and the recent episodes, 
 order (images by hash, completion tokens), its outcome and its verdict; and per ``learn`` run its closing
 table (success per task of the blind baseline, base, after SFT, after GRPO). Memory is bounded: the recent
 calls and episodes are kept in fixed windows.
+
+So is the summary the page gets, whatever the records hold (anyone who reaches the broker writes them):
+a string is kept to ``TEXT_KEPT`` characters, counts by reason to ``REASONS_KEPT`` reasons (new ones past
+that are counted under ``OTHER``) of which the ``REASONS_SHOWN`` most common are shown, and an evaluation
+to its first ``TASKS_SHOWN`` tasks and ``overall``, with the number it has (the page says "showing N of M
+tasks"). Before, 20 reports of 10,000 tasks each made a 17.9 MB summary that the page could not draw.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter, OrderedDict, deque
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from cua_stream.evaluation.stats import OVERALL
 from cua_stream.events import (
     CallRecord,
     DeadLetter,
     Discard,
     EvalReport,
+    EvalTask,
     GroupDropped,
     OutcomeEvent,
     PolicyVersion,
@@ -38,6 +50,16 @@ CALLS_KEPT = 2000
 GROUP_VERSIONS_KEPT = 20_000
 LEARN_RUNS_KEPT = 20
 LEARN_RUNS_SHOWN = 3
+TASKS_SHOWN = 40
+"""Tasks of an evaluation (and rows of a learn run's table) shown, besides ``overall``."""
+STEP_TASKS_SHOWN = 20
+"""Tasks of a step's reward by task shown (its chart draws a line per task)."""
+REASONS_KEPT = 1000
+REASONS_SHOWN = 30
+"""Reasons counted apart (verdicts, drops, dead letters, staleness), and shown by the page (the most
+common; the rest as one notice)."""
+TEXT_KEPT = 200
+OTHER = "(other reasons)"
 
 
 @dataclass
@@ -73,7 +95,8 @@ class Board:
     verdicts: Counter[str] = field(default_factory=Counter)
     drops: Counter[str] = field(default_factory=Counter)
     dead_letters: Counter[str] = field(default_factory=Counter)
-    staleness: Counter[int] = field(default_factory=Counter)
+    staleness: Counter[int | str] = field(default_factory=Counter)
+    """Trained groups by how many versions their work lagged (``OTHER``: past ``REASONS_KEPT`` lags)."""
     finished_per_minute: Counter[int] = field(default_factory=Counter)
     """Episodes finished (outcomes), by minute of their finish time (epoch minutes)."""
     latency: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=CALLS_KEPT))
@@ -91,10 +114,12 @@ class Board:
     group_steps: OrderedDict[str, TrainStep] = field(default_factory=OrderedDict)
     """The step that trained each recent group (its first record), for an episode's link to it."""
     evals: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
-    """The recent evaluations' results, by their run id (the eval panel: per policy version, per task)."""
-    learn_runs: OrderedDict[str, dict[str, EvalReport]] = field(default_factory=OrderedDict)
-    """The recent ``learn`` runs' stage reports (blind baseline, base, SFT, GRPO), by learn run, then
-    stage: the learning panel, ``learn``'s closing table (``cua_stream.learn_table``)."""
+    """The recent evaluations' results, by their run id (the eval panel: per policy version, per task;
+    the first ``TASKS_SHOWN`` tasks)."""
+    learn_runs: OrderedDict[str, dict[str, tuple[EvalReport, int]]] = field(default_factory=OrderedDict)
+    """The recent ``learn`` runs' stage reports (blind baseline, base, SFT, GRPO; their first
+    ``TASKS_SHOWN`` tasks, and how many they have), by learn run, then stage: the learning panel,
+    ``learn``'s closing table (``cua_stream.learn_table``)."""
     latest_version: int = 0
     records: int = 0
 
@@ -107,14 +132,15 @@ class Board:
                 _bounded(self.group_versions, event.group_id, event.policy_version)
                 if (trained := self.trained_unmatched.pop(event.group_id, None)) is not None:
                     self._stale(trained, event.policy_version)
-                self._episode(event.episode_id, event.group_id).task = event.task.name
-                _bounded(self.group_tasks, event.group_id, event.task.name)
+                task = clip(event.task.name)
+                self._episode(event.episode_id, event.group_id).task = task
+                _bounded(self.group_tasks, event.group_id, task)
             case CallRecord():
                 ep = self._episode(event.episode_id, event.group_id)
                 ep.calls.append(
                     Call(
                         seq=event.seq, kind=event.kind.value, attempt=event.attempt,
-                        completion_ids=list(event.completion_ids), finish_reason=event.finish_reason,
+                        completion_ids=list(event.completion_ids), finish_reason=clip(event.finish_reason),
                         images=[i.sha256 for i in event.images], policy_version=event.policy_version,
                         engine_ms=event.engine_ms, gateway_ms=event.gateway_ms,
                     )
@@ -123,12 +149,12 @@ class Board:
                 self.latency.append((event.engine_ms, event.gateway_ms))
             case OutcomeEvent():
                 ep = self._episode(event.episode_id, event.group_id)
-                ep.task = event.task
+                ep.task = clip(event.task)
                 ep.outcome = {
                     "attempt": event.attempt,
-                    "rewards": event.rewards,
-                    "exception": event.exception.type if event.exception else None,
-                    "early_termination_reason": event.early_termination_reason,
+                    "rewards": {clip(k): v for k, v in list(event.rewards.items())[:REASONS_SHOWN]},
+                    "exception": clip(event.exception.type) if event.exception else None,
+                    "early_termination_reason": clip(event.early_termination_reason),
                     "n_turns": event.n_turns,
                     "seconds": round(event.finished_at - event.started_at, 2),
                 }
@@ -141,7 +167,7 @@ class Board:
                     if isinstance(verdict, Discard)
                     else f"reward {verdict.value:g} ({verdict.reason})"
                 )
-                self.verdicts[label] += 1
+                label = count(self.verdicts, clip(label))
                 ep = self._episode(event.episode_id, event.group_id)
                 ep.verdict, ep.reward = label, None if isinstance(verdict, Discard) else verdict.value
                 if ep.reward is not None:
@@ -170,11 +196,11 @@ class Board:
                     else:
                         _bounded(self.trained_unmatched, group_id, event.policy_version)
             case GroupDropped():
-                self.drops[event.reason] += 1
+                count(self.drops, clip(event.reason))
             case PolicyVersion():
                 self.latest_version = max(self.latest_version, event.version)
             case DeadLetter():
-                self.dead_letters[event.reason] += 1
+                count(self.dead_letters, clip(event.reason))
             case EvalReport():
                 self.evals[event.run_id] = eval_row(event)
                 self.evals.move_to_end(event.run_id)
@@ -182,14 +208,18 @@ class Board:
                     self.evals.popitem(last=False)
                 if (stage := stage_of(event)) is not None:
                     run, name = stage
+                    kept = (
+                        msgspec.structs.replace(event, tasks=shown_tasks(event.tasks)),
+                        _n_tasks(event.tasks),
+                    )
                     _bounded(
-                        self.learn_runs, run, {**self.learn_runs.get(run, {}), name: event}, LEARN_RUNS_KEPT
+                        self.learn_runs, run, {**self.learn_runs.get(run, {}), name: kept}, LEARN_RUNS_KEPT
                     )
 
     def _stale(self, trained_version: int, issued_version: int) -> None:
         """A group trained into ``trained_version`` (by weights one version older) from work issued under
         ``issued_version``: how many versions its rollouts lagged."""
-        self.staleness[staleness(trained_version - 1, issued_version)] += 1
+        count(self.staleness, staleness(trained_version - 1, issued_version))
 
     def _episode(self, episode_id: str, group_id: str) -> Episode:
         ep = self.episodes.get(episode_id)
@@ -225,11 +255,8 @@ class Board:
     def learn_tables(self) -> list[dict[str, Any]]:
         """The last ``LEARN_RUNS_SHOWN`` learn runs (by their newest report), newest first, each with
         ``learn``'s closing table: per task, success of the blind baseline, base, after SFT, after GRPO."""
-        runs = sorted(self.learn_runs.items(), key=lambda kv: max(r.created_at for r in kv[1].values()))
-        return [
-            {"run": run, "rows": rows_json(stage_table(reports))}
-            for run, reports in reversed(runs[-LEARN_RUNS_SHOWN:])
-        ]
+        runs = sorted(self.learn_runs.items(), key=lambda kv: max(r.created_at for r, _ in kv[1].values()))
+        return [learn_table(stages) | {"run": run} for run, stages in reversed(runs[-LEARN_RUNS_SHOWN:])]
 
     def summary(self) -> dict[str, Any]:
         engine = sorted(e for e, _ in self.latency)
@@ -239,13 +266,21 @@ class Board:
             "records": self.records,
             "latest_version": self.latest_version,
             "steps": [
-                {**step, "by_task": self.step_by_task(step["group_ids"])}
+                _step_row(step, self.step_by_task(step["group_ids"]))
                 for step in sorted(self.steps, key=lambda s: s["step"])[-200:]
             ],
-            "verdicts": dict(self.verdicts.most_common()),
-            "drops": dict(self.drops.most_common()),
-            "dead_letters": dict(self.dead_letters.most_common()),
-            "staleness": {str(k): v for k, v in sorted(self.staleness.items())},
+            "verdicts": dict(self.verdicts.most_common(REASONS_SHOWN)),
+            "drops": dict(self.drops.most_common(REASONS_SHOWN)),
+            "dead_letters": dict(self.dead_letters.most_common(REASONS_SHOWN)),
+            "staleness": {
+                str(k): v for k, v in sorted(self.staleness.most_common(REASONS_SHOWN), key=_lag_order)
+            },
+            "not_shown": {
+                name: _not_shown(counts)
+                for name, counts in (("verdicts", self.verdicts), ("drops", self.drops),
+                                     ("dead_letters", self.dead_letters), ("staleness", self.staleness))
+                if len(counts) > REASONS_SHOWN
+            },
             "throughput": [{"minute": m, "episodes": n} for m, n in minutes],
             "latency_ms": {
                 "engine_p50": round(quantile(engine, 0.5), 1), "engine_p95": round(quantile(engine, 0.95), 1),
@@ -268,7 +303,7 @@ def eval_row(report: EvalReport) -> dict[str, Any]:
     version = f"v{report.policy_version}" if report.policy_version is not None else ""
     return {
         "run_id": report.run_id,
-        "policy": f"{report.of_run} {version}".strip() or report.policy,
+        "policy": clip(f"{report.of_run} {version}".strip() or report.policy),
         "created_at": report.created_at,
         "lag_s": (
             round(report.created_at - report.version_published_at, 1)
@@ -277,18 +312,76 @@ def eval_row(report: EvalReport) -> dict[str, Any]:
         ),
         "samples": report.samples,
         "layouts": report.layouts,
+        "tasks_total": _n_tasks(report.tasks),
         "tasks": [
             {
-                "task": t.task,
+                "task": clip(t.task),
                 "rate": round(t.successes / t.scored, 3) if t.scored else None,
                 "low": round(t.low, 3),
                 "high": round(t.high, 3),
                 "scored": t.scored,
                 "episodes": t.episodes,
-                "pass_at": {str(k): round(v, 3) for k, v in sorted(t.pass_at.items())},
+                "pass_at": {str(k): round(v, 3) for k, v in sorted(t.pass_at.items())[:REASONS_SHOWN]},
             }
-            for t in report.tasks
+            for t in shown_tasks(report.tasks)
         ],
+    }
+
+
+def shown_tasks(tasks: Sequence[EvalTask]) -> tuple[EvalTask, ...]:
+    """The first ``TASKS_SHOWN`` tasks of an evaluation, and its ``overall``."""
+    named = itertools.islice((t for t in tasks if t.task != OVERALL), TASKS_SHOWN)
+    return (*named, *(t for t in tasks if t.task == OVERALL))
+
+
+def _n_tasks(tasks: Sequence[EvalTask]) -> int:
+    return sum(t.task != OVERALL for t in tasks)
+
+
+def learn_table(stages: Mapping[str, tuple[EvalReport, int]]) -> dict[str, Any]:
+    """A learn run's closing table from its stages' (shown) reports: its first ``TASKS_SHOWN`` rows and
+    ``overall``, and how many tasks its stages have (``tasks_total``)."""
+    rows = stage_table({stage: report for stage, (report, _) in stages.items()})
+    named = [r for r in rows if r.task != OVERALL]
+    total = max([len(named), *(n for _, n in stages.values())])
+    return {
+        "rows": rows_json([*named[:TASKS_SHOWN], *(r for r in rows if r.task == OVERALL)]),
+        "tasks_total": total,
+    }
+
+
+def clip[T: (str, str | None)](text: T) -> T:
+    """A record's string as the board keeps it: at most ``TEXT_KEPT`` characters."""
+    return text if text is None or len(text) <= TEXT_KEPT else f"{text[: TEXT_KEPT - 1]}…"
+
+
+def count[K](counts: Counter[K | str], key: K | str) -> K | str:
+    """Count ``key`` in ``counts`` (the key counted): a new key once ``REASONS_KEPT`` are counted is ``OTHER``
+    (records name reasons freely: a million distinct ones must not take a million entries)."""
+    if key not in counts and len(counts) >= REASONS_KEPT:
+        key = OTHER
+    counts[key] += 1
+    return key
+
+
+def _lag_order(item: tuple[int | str, int]) -> tuple[bool, int]:
+    lag = item[0]
+    return (True, 0) if isinstance(lag, str) else (False, lag)  # OTHER after every lag
+
+
+def _not_shown(counts: Counter[Any]) -> dict[str, int]:
+    hidden = counts.most_common()[REASONS_SHOWN:]
+    return {"reasons": len(hidden), "records": sum(n for _, n in hidden)}
+
+
+def _step_row(step: dict[str, Any], by_task: dict[str, float]) -> dict[str, Any]:
+    """A step as the page gets it: its figures and its first ``STEP_TASKS_SHOWN`` tasks' rewards (not its
+    group ids: a step record may name thousands)."""
+    shown = dict(itertools.islice(by_task.items(), STEP_TASKS_SHOWN))
+    return {
+        **{k: v for k, v in step.items() if k != "group_ids"},
+        "by_task": shown,
+        "tasks_total": len(by_task),
     }
 
 

@@ -34,7 +34,9 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """Every stream ends after this long; the browser reconnects by itself (a forgotten tab, a client
     that vanished without a FIN, holds its slot no longer than this)."""
     max_connections: int = 256
-    """Connections of any kind at once (uvicorn's ``limit_concurrency``); beyond, 503 at once."""
+    """Requests of any kind in progress at once (live streams included); beyond, 503 with Retry-After at
+    once. Counted by the app, not by uvicorn's ``limit_concurrency``: that counted connections whose
+    request was not read yet, and refused without Retry-After (300 simultaneous clients got 19 streams)."""
     bus: BusConfig = BusConfig()
 
     def __post_init__(self) -> None:

@@ -1,36 +1,49 @@
 """The dashboard's I/O: a reader that folds every topic into the board (live, or a replayed range), and
-the web app: the page, its server-sent events, an episode's detail, and screenshots from the blob store.
+the web app: the page, its server-sent events, an episode's detail, a step's rebuild, and screenshots
+from the blob store.
 
 The records are written by whoever reaches the broker, and the page is served to whoever reaches the
 port, so: every JSON body is strict JSON (a NaN in a record is the string "NaN", never a bare token that
-turns the answer into a 500 or the stream into an unparsable event); the page renders record strings as
-text under a Content-Security-Policy that allows only its own script; live streams are capped
-(``max_streams``, 503 beyond, the refusals logged once a minute), a stream that cannot be written for
-``stream_send_timeout_s`` is closed and every stream ends after ``stream_max_s`` (the browser reconnects);
-token ids outside the vocabulary are shown as such; any unexpected error is a JSON 500.
+turns the answer into a 500 or the stream into an unparsable event); the summary is bounded (the board)
+and built once per change, however many streams read it; the page renders record strings as text under
+a Content-Security-Policy that allows only its own script; requests in progress (``max_connections``),
+live streams (``max_streams``) and step rebuilds (``INSPECTS_AT_ONCE``) are capped, each refusal a 503
+with Retry-After at once (logged once a minute); a rebuild whose client leaves is cancelled; a stream
+that cannot be written for ``stream_send_timeout_s`` is closed and every stream ends after
+``stream_max_s`` (the browser reconnects); token ids outside the vocabulary are shown as such; any
+unexpected error is a JSON 500.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any, Literal
 
 import anyio
+import anyio.from_thread
+import uvicorn
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from fastapi.responses import Response
 
-from consumers.dashboard.board import Board
+from consumers.dashboard.board import Board, count
 from consumers.dashboard.config import DashboardConfig
-from consumers.trainer.inspect import StepRules
+from consumers.dashboard.web import (
+    EventStream,
+    Refusals,
+    RequestCap,
+    SecurityHeaders,
+    Slots,
+    StrictJSON,
+    busy,
+    unless_client_leaves,
+)
+from consumers.trainer.inspect import StepBatch, StepRules
 from consumers.trainer.inspect_read import read_step
-from consumers.trainer.inspect_render import step_document, step_text
+from consumers.trainer.inspect_render import Text, step_document, step_text
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.codec import json_line
 from cua_stream.bus.consumer import (
@@ -41,6 +54,7 @@ from cua_stream.bus.consumer import (
     stop_consumer,
 )
 from cua_stream.bus.reader import Bound, read_topics
+from cua_stream.config import BusConfig
 from cua_stream.errors import BlobCorrupted, BlobNotFound, RecordError
 from cua_stream.topics import ALL
 
@@ -50,115 +64,12 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 PUSH_EVERY_S = 1.0
 STREAM_RETRY_MS = 2000
 """How soon a browser reconnects a stream the server ended (``stream_max_s``, a restart)."""
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
-    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
 _ASSETS = {"/": ("page.html", "text/html"), "/app.js": ("app.js", "text/javascript"),
            "/charts.js": ("charts.js", "text/javascript"), "/app.css": ("app.css", "text/css"),
            "/vendor/uPlot.iife.min.js": ("vendor/uPlot.iife.min.js", "text/javascript"),
            "/vendor/uPlot.min.css": ("vendor/uPlot.min.css", "text/css")}  # fmt: skip
 """Path -> (package file, type). The charting library is vendored (``scripts/vendor-charts.sh``): the page
 loads nothing from elsewhere, as its Content-Security-Policy says."""
-
-
-class StrictJSON(JSONResponse):
-    """JSON that a browser's parser takes: non-finite floats as "NaN" / "Infinity" / "-Infinity"."""
-
-    def render(self, content: Any) -> bytes:
-        return json_line(content).encode()
-
-
-class Refusals:
-    """Counts refused streams; logs the first of a burst at once, then at most one line a minute."""
-
-    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every_s, self.clock = every_s, clock
-        self.total = 0
-        self._unlogged = 0
-        self._logged_at = -float("inf")
-
-    def refused(self, limit: int) -> None:
-        self.total += 1
-        self._unlogged += 1
-        if self.clock() - self._logged_at >= self.every_s:
-            log.warning("refused %d live-stream connection(s): %d open (dashboard.max_streams)",
-                        self._unlogged, limit)  # fmt: skip
-            self._unlogged, self._logged_at = 0, self.clock()
-
-
-class SecurityHeaders:
-    """ASGI middleware: ``SECURITY_HEADERS`` on every response (a plain wrapper of ``send``, so streams
-    keep their back-pressure and disconnects)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers.setdefault(name, value)
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers if scope["type"] == "http" else send)
-
-
-class EventStream(StreamingResponse):
-    """Server-sent events from ``frames``, ended by the client's disconnect, a write that does not
-    complete in ``send_timeout_s`` (a client that stopped reading), or ``max_s``."""
-
-    media_type = "text/event-stream"
-
-    def __init__(
-        self,
-        frames: AsyncGenerator[str],
-        *,
-        send_timeout_s: float,
-        max_s: float,
-        on_close: Callable[[], object] = lambda: None,
-    ) -> None:
-        super().__init__(frames, media_type=self.media_type, headers={"Cache-Control": "no-cache"})
-        self.frames, self.send_timeout_s, self.max_s, self.on_close = frames, send_timeout_s, max_s, on_close
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self._stream(receive, send)
-        finally:
-            self.on_close()
-            with anyio.CancelScope(shield=True):
-                await self.frames.aclose()
-
-    async def _stream(self, receive: Receive, send: Send) -> None:
-        with anyio.fail_after(self.send_timeout_s):
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        async with anyio.create_task_group() as tg:
-
-            async def until_disconnected() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(until_disconnected)
-            with anyio.move_on_after(self.max_s):
-                try:
-                    async for frame in self.frames:
-                        with anyio.fail_after(self.send_timeout_s):
-                            await send(
-                                {"type": "http.response.body", "body": frame.encode(), "more_body": True}
-                            )
-                except TimeoutError:
-                    log.info("closed a live stream whose client stopped reading")
-                    tg.cancel_scope.cancel()
-            with anyio.move_on_after(self.send_timeout_s):
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            tg.cancel_scope.cancel()
 
 
 async def check_source(config: DashboardConfig) -> int:
@@ -188,28 +99,64 @@ async def read_into(board: Board, config: DashboardConfig, done: anyio.Event) ->
         try:
             event = decode_message(by_name, msg).event
         except RecordError:
-            board.dead_letters["undecodable (seen by the dashboard)"] += 1
+            count(board.dead_letters, "undecodable (seen by the dashboard)")
             continue
         try:
             board.add(event)
         except Exception as e:  # one odd record must not stop the page: counted, and the reading goes on
             log.warning("%s[%d]@%d could not be shown: %r", msg.topic, msg.partition, msg.offset, e)
-            board.dead_letters[f"not shown by the dashboard ({type(e).__name__})"] += 1
+            count(board.dead_letters, f"not shown by the dashboard ({type(e).__name__})")
     done.set()  # a replayed range is on the board whole
 
 
 INSPECTS_AT_ONCE = 2
-"""Step rebuilds served at once: each reads the run's step, turn, summary and score topics whole."""
+"""Step rebuilds served at once: each reads the run's step, turn, summary and score topics whole. More
+are refused (503) rather than queued: 30 abandoned requests had queued 20 s of rebuilds nobody read."""
+
+type StepReader = Callable[[BusConfig, str, int, StepRules], Awaitable[StepBatch]]
 
 
-def build_app(config: DashboardConfig, board: Board | None = None, rules: StepRules | None = None) -> FastAPI:
-    """``rules``: the trainer's group rules and ``max_seq_len`` (its config section), for the inspect route."""
+class SummaryText:
+    """The board's summary and the source's state as one JSON line, built once per change (a record
+    folded in, a replay complete), however many streams and requests read it."""
+
+    def __init__(self, board: Board, source: Callable[[], dict[str, Any]]) -> None:
+        self.board, self.source = board, source
+        self.builds = 0
+        self._key: tuple[int, str] | None = None
+        self._text = ""
+
+    def __call__(self) -> str:
+        source = self.source()
+        key = (self.board.records, json_line(source))
+        if key != self._key:
+            self._key, self._text = key, json_line({**self.board.summary(), **source})
+            self.builds += 1
+        return self._text
+
+
+def served(config: DashboardConfig, app: FastAPI) -> uvicorn.Config:
+    """How ``cua-stream dashboard`` serves ``app``: without uvicorn's ``limit_concurrency``, which counts
+    connections whose request it has not read yet and refuses without Retry-After; the app caps the
+    requests in progress itself (``RequestCap``, ``max_connections``)."""
+    return uvicorn.Config(app, host=config.host, port=config.port, log_level="warning")
+
+
+def build_app(
+    config: DashboardConfig,
+    board: Board | None = None,
+    rules: StepRules | None = None,
+    rebuild: StepReader = read_step,
+) -> FastAPI:
+    """``rules``: the trainer's group rules and ``max_seq_len`` (its config section), for the inspect route;
+    ``rebuild`` reads and rebuilds a step (``consumers.trainer.inspect_read.read_step``)."""
     board = board or Board()
     rules = rules or StepRules()
     blobs = open_blob_store(config.blobs)
     decode = _decoder(config.model_path)
-    inspecting = anyio.CapacityLimiter(INSPECTS_AT_ONCE)
+    inspecting = Slots(INSPECTS_AT_ONCE)
     done = anyio.Event()
+    summary_text = SummaryText(board, lambda: _source(config, done))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -220,10 +167,12 @@ def build_app(config: DashboardConfig, board: Board | None = None, rules: StepRu
 
     app = FastAPI(title="cua-stream dashboard", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.board = board
-    app.state.streams = 0
+    app.state.summary = summary_text
+    app.state.streams = streams = Slots(config.max_streams)
     app.state.refusals = refusals = Refusals()
 
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(RequestCap, limit=config.max_connections)
+    app.add_middleware(SecurityHeaders)  # the outer one: a refusal of RequestCap's carries them too
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> StrictJSON:
@@ -234,36 +183,31 @@ def build_app(config: DashboardConfig, board: Board | None = None, rules: StepRu
         app.add_api_route(path, _asset(name, mime), methods=["GET"], include_in_schema=False)
 
     @app.get("/api/summary")
-    async def summary() -> StrictJSON:
-        return StrictJSON({**board.summary(), **_source(config, done)})
+    async def summary() -> Response:
+        return Response(summary_text(), media_type="application/json")
 
     @app.get("/api/stream")
     async def stream() -> Response:
-        if app.state.streams >= config.max_streams:
+        if not streams.take():
             refusals.refused(config.max_streams)
-            return StrictJSON(
-                {"detail": f"{config.max_streams} live streams are open (dashboard.max_streams); try later"},
-                status_code=503,
-                headers={"Retry-After": "5"},
-            )
+            return busy(f"{config.max_streams} live streams are open (dashboard.max_streams); try later")
 
         async def frames() -> AsyncGenerator[str]:
             yield f"retry: {STREAM_RETRY_MS}\n\n"
-            seen = -1
+            seen = ""
             while True:
-                if board.records != seen:
-                    seen = board.records
-                    yield f"data: {json_line({**board.summary(), **_source(config, done)})}\n\n"
+                if (text := summary_text()) is not seen:  # the same object until the board changes
+                    seen = text
+                    yield f"data: {text}\n\n"
                 else:
                     yield ": idle\n\n"  # a comment line keeps proxies from closing a quiet stream
                 await anyio.sleep(PUSH_EVERY_S)
 
-        def closed() -> None:
-            app.state.streams -= 1
-
-        app.state.streams += 1  # counted before any await: a burst cannot slip past the cap
         return EventStream(
-            frames(), send_timeout_s=config.stream_send_timeout_s, max_s=config.stream_max_s, on_close=closed
+            frames(),
+            send_timeout_s=config.stream_send_timeout_s,
+            max_s=config.stream_max_s,
+            on_close=streams.give,
         )
 
     @app.get("/api/episodes/{episode_id}")
@@ -287,19 +231,31 @@ def build_app(config: DashboardConfig, board: Board | None = None, rules: StepRu
         )  # fmt: skip
 
     @app.get("/api/inspect/step")
-    async def inspect_step(run: str, step: int, format: Literal["json", "text"] = "json") -> Response:
+    async def inspect_step(
+        request: Request, run: str, step: int, format: Literal["json", "text"] = "json"
+    ) -> Response:
         """``cua-stream inspect step --run RUN --step STEP`` (``--json`` unless ``format=text``): the
-        batch the step trained, rebuilt from the topics and checked against its record."""
-        async with inspecting:
+        batch the step trained, rebuilt from the topics and checked against its record. Beyond
+        ``INSPECTS_AT_ONCE`` at once, 503; a client that leaves cancels its rebuild."""
+        if not inspecting.take():
+            return busy(f"{INSPECTS_AT_ONCE} step rebuilds are in progress; try later")
+        text = decode if config.model_path else None
+
+        async def answer() -> Response:
             try:
-                batch = await read_step(config.bus, run, step, rules)
+                batch = await rebuild(config.bus, run, step, rules)
             except LookupError as e:
                 raise HTTPException(404, str(e)) from None
-        text = decode if config.model_path else None
-        if format == "text":
-            lines = await anyio.to_thread.run_sync(lambda: list(step_text(batch, rules, text)))
-            return Response("\n".join(lines) + "\n", media_type="text/plain; charset=utf-8")
-        return StrictJSON(await anyio.to_thread.run_sync(step_document, batch, rules, text))
+            if format == "text":
+                lines = await anyio.to_thread.run_sync(_step_lines, batch, rules, _cancellable(text))
+                return Response("\n".join(lines) + "\n", media_type="text/plain; charset=utf-8")
+            return StrictJSON(await anyio.to_thread.run_sync(step_document, batch, rules, _cancellable(text)))
+
+        try:
+            answered = await unless_client_leaves(request.receive, answer)
+        finally:
+            inspecting.give()
+        return Response(status_code=499) if answered is None else answered[0]  # 499: nobody to read it
 
     @app.get("/blobs/{sha256}")
     async def blob(sha256: str) -> Response:
@@ -314,6 +270,28 @@ def build_app(config: DashboardConfig, board: Board | None = None, rules: StepRu
         return Response(data, media_type=_mime(data), headers={"Cache-Control": "max-age=86400, immutable"})
 
     return app
+
+
+def _step_lines(batch: StepBatch, rules: StepRules, text: Text) -> list[str]:
+    """``inspect step``'s text, in a worker thread that stops between lines once its request is cancelled."""
+    lines = []
+    for line in step_text(batch, rules, text):
+        anyio.from_thread.check_cancelled()
+        lines.append(line)
+    return lines
+
+
+def _cancellable(text: Text) -> Text:
+    """``text`` (token ids to text, the slow part of a rendering) stopping its worker thread once the
+    request it serves is cancelled (a thread cannot be cancelled from outside: it is asked at each call)."""
+    if text is None:
+        return None
+
+    def decode(ids: Sequence[int]) -> str:
+        anyio.from_thread.check_cancelled()
+        return text(ids)
+
+    return decode
 
 
 def _source(config: DashboardConfig, done: anyio.Event) -> dict[str, Any]:

@@ -35,7 +35,7 @@ def dashboard(
     import uvicorn
 
     from consumers.dashboard.config import dashboard_config
-    from consumers.dashboard.server import build_app, check_source
+    from consumers.dashboard.server import build_app, check_source, served
     from consumers.trainer.inspect import StepRules
     from cua_stream.config import build
 
@@ -49,5 +49,4 @@ def dashboard(
     print(f"dashboard on http://{cfg.host}:{cfg.port}/ ({partitions} partitions of {cfg.bus.topic_prefix}.*)",
           file=sys.stderr)  # fmt: skip
     rules = build(StepRules, "trainer", file_data=load_file(config))  # what `inspect step` rebuilds with
-    uvicorn.run(build_app(cfg, rules=rules), host=cfg.host, port=cfg.port, log_level="warning",
-                limit_concurrency=cfg.max_connections)  # fmt: skip
+    uvicorn.Server(served(cfg, build_app(cfg, rules=rules))).run()

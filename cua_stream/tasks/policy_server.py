@@ -6,7 +6,11 @@
 too: a request that is not a chat completion gets a 400 in the gateway's JSON error shape saying why
 (bad JSON, a body or ``messages`` of the wrong shape, an image that is not strict base64, not an image,
 truncated or over the pixel limit: the project's one image rule, ``cua_stream.images``), never a
-plain-text 500; screenshots are decoded in a worker thread, so ``/health`` answers meanwhile.
+plain-text 500. Screenshots are decoded in worker threads, ``DECODES_AT_ONCE`` at a time, so ``/health``
+answers meanwhile and memory stays under that many images at the pixel limit (about 340 MB each,
+decoded and converted); up to ``DECODES_WAITING`` more wait their turn, and beyond that a request is
+refused with 503 and Retry-After at once. Before, each image's pixels were bounded but not how many
+were decoded at once: four concurrent 4 KB PNGs just under the limit took 1.43 GB and ``/health`` 3 s.
 """
 
 from __future__ import annotations
@@ -28,6 +32,34 @@ from cua_stream.tasks.pages import TASKS, layout
 from cua_stream.tasks.policies import do_nothing_action, idle_action, oracle_action, reply_text
 
 POLICIES = ("oracle", "nothing", "idle")
+DECODES_AT_ONCE = 2
+DECODES_WAITING = 32
+"""Screenshots waiting for a decode slot (each request holds its body meanwhile); more are refused."""
+RETRY_AFTER_S = 1
+
+
+class Busy(Exception):
+    """Every decode slot and waiting place is taken: the request is refused (503, Retry-After)."""
+
+
+class DecodeGate:
+    """Decodes screenshots in worker threads, ``at_once`` at a time, with at most ``waiting`` more queued
+    for a slot (``Busy`` beyond: a queue without end would hold every waiting request's body)."""
+
+    def __init__(self, at_once: int = DECODES_AT_ONCE, waiting: int = DECODES_WAITING) -> None:
+        self.at_once, self.waiting = at_once, waiting
+        self.slots = anyio.CapacityLimiter(at_once)
+        self.admitted = 0
+        """Requests decoding or waiting to (at most ``at_once + waiting``)."""
+
+    async def decode(self, url: str) -> np.ndarray:
+        if self.admitted >= self.at_once + self.waiting:
+            raise Busy(f"{self.at_once} screenshots are being decoded and {self.waiting} wait; try later")
+        self.admitted += 1  # before any await: a burst cannot slip past the bound
+        try:
+            return await anyio.to_thread.run_sync(decode_screenshot, url, limiter=self.slots)
+        finally:
+            self.admitted -= 1
 
 
 def chat_messages(body: Any) -> list[dict[str, Any]]:
@@ -80,12 +112,15 @@ def latest_screenshot(messages: list[dict[str, Any]]) -> np.ndarray | None:
     return None if url is None else decode_screenshot(url)
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse(error_body(status, message), status_code=status)
+def _error(status: int, message: str, code: str = "invalid_request") -> JSONResponse:
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if status == 503 else None
+    return JSONResponse(error_body(status, message, code), status_code=status, headers=headers)
 
 
-def create_app() -> FastAPI:
+def create_app(decodes: DecodeGate | None = None) -> FastAPI:
+    """``decodes``: how many screenshots are decoded at once and may wait (``DecodeGate``'s defaults)."""
     app = FastAPI(title="cua-stream scripted policies", docs_url=None, redoc_url=None)
+    app.state.decodes = gate = decodes or DecodeGate()
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception) -> JSONResponse:
@@ -109,12 +144,14 @@ def create_app() -> FastAPI:
                 action = idle_action(replies)
             else:
                 url = latest_image_url(messages)
-                pixels = None if url is None else await anyio.to_thread.run_sync(decode_screenshot, url)
+                pixels = None if url is None else await gate.decode(url)
                 action = oracle_action(layout(task, seed), replies, pixels)
         except Refusal as r:
             return _error(r.status, r.message)
         except ImageDataError as e:
             return _error(400, f"image_url: {e}")
+        except Busy as e:
+            return _error(503, str(e), code="busy")
         content = reply_text(action)
         model = body.get("model")
         return JSONResponse(

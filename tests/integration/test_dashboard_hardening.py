@@ -3,13 +3,17 @@ anyone who reaches the port. Markup in record strings stays text in a real Chrom
 Content-Security-Policy), a malformed image hash is refused at decode, NaN and infinities travel as JSON
 strings (before: 500s and a page stuck at "connecting…"), a token id of -1 is shown as such (before: a
 500), a record the board cannot take is counted instead of stopping the reader, and live streams are
-capped (before: ~20,500 of them exhausted the file descriptors)."""
+capped (before: ~20,500 of them exhausted the file descriptors). Every refusal for want of capacity is a
+503 with Retry-After, said at once: 300 clients at the same instant get the 64 designed streams (before:
+19, and 281 bare 503s from uvicorn's connection limit); a step rebuild beyond two at once is refused
+(before: queued), and one whose client leaves is cancelled (before: 30 abandoned ones ran on)."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import threading
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,8 +23,10 @@ import msgspec
 import pytest
 import uvicorn
 
+from consumers.dashboard.board import Board
 from consumers.dashboard.config import DashboardConfig
-from consumers.dashboard.server import build_app
+from consumers.dashboard.server import build_app, served
+from consumers.trainer.inspect import StepBatch, StepRules
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
 from cua_stream.events import (
@@ -37,7 +43,7 @@ from cua_stream.events import (
     WorkRequest,
 )
 from cua_stream.topics import OUTCOMES, SCORES, TRAIN_STEPS, TURNS, WORK
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 from tests.integration.browser import chromium
 from tests.integration.gateway_servers import serving, tiny_model_dir
 
@@ -115,10 +121,26 @@ async def publish(bus: BusConfig, items: list[tuple[object, object]]) -> None:
             await producer.publish(spec, event)  # type: ignore[arg-type]
 
 
-def server(cfg: DashboardConfig) -> uvicorn.Server:
-    """As ``cua-stream dashboard`` serves it (its connection limit included)."""
-    return uvicorn.Server(uvicorn.Config(build_app(cfg), host=cfg.host, port=cfg.port, log_level="warning",
-                                         limit_concurrency=cfg.max_connections))  # fmt: skip
+def server(cfg: DashboardConfig, app: object = None) -> uvicorn.Server:
+    """As ``cua-stream dashboard`` serves it."""
+    return uvicorn.Server(served(cfg, app or build_app(cfg)))  # type: ignore[arg-type]
+
+
+async def ask(port: int, path: str) -> anyio.abc.SocketStream:
+    """A client that has sent ``GET path`` on its own connection (and reads the answer, or leaves)."""
+    sock = await anyio.connect_tcp("127.0.0.1", port)
+    await sock.send(f"GET {path} HTTP/1.1\r\nHost: dashboard\r\n\r\n".encode())
+    return sock
+
+
+async def head(sock: anyio.abc.SocketStream, until: bytes = b"\r\n\r\n") -> tuple[int, dict[str, str], bytes]:
+    """The status and headers of the answer on ``sock`` (read up to ``until``), and what was read."""
+    data = b""
+    while until not in data:
+        data += await sock.receive()
+    status_line, *lines = data.split(b"\r\n\r\n", 1)[0].decode().split("\r\n")
+    headers = dict(line.lower().split(": ", 1) for line in lines)
+    return int(status_line.split()[1]), headers, data
 
 
 async def test_hostile_records_are_shown_as_text_and_non_finite_numbers_as_json_strings(
@@ -208,3 +230,112 @@ async def test_live_streams_are_capped_and_end_by_themselves(
                     await anyio.sleep(0.2)
     lines = [r for r in caplog.records if "refused" in r.getMessage()]
     assert len(lines) == 1 and "refused 1 live-stream" in lines[0].getMessage()  # a burst, logged once
+
+
+async def test_simultaneous_clients_get_every_designed_stream_and_each_refusal_says_when_to_retry(
+    bus_config: BusConfig, tmp_path: Path
+) -> None:
+    cfg = DashboardConfig(
+        port=free_port(), blob_dir=str(tmp_path), bus=bus_config
+    )  # 64 streams, 256 requests
+    app = build_app(cfg, Board())
+    with serving(server(cfg, app)):
+        clients = []
+        for _ in range(300):  # every client connected before any asks: 300 open connections at once
+            clients.append(await anyio.connect_tcp("127.0.0.1", cfg.port))
+        for sock in clients:
+            await sock.send(b"GET /api/stream HTTP/1.1\r\nHost: dashboard\r\n\r\n")
+        answers = []
+        with anyio.fail_after(60):
+            for sock in clients:
+                status, headers, data = await head(sock)
+                while status == 200 and b"\ndata: " not in data:  # a stream: read up to its first summary
+                    data += await sock.receive()
+                answers.append((status, headers))
+        for sock in clients:
+            await sock.aclose()
+    refused = [h for status, h in answers if status != 200]
+    assert len(answers) - len(refused) == cfg.max_streams  # before: 19
+    assert {status for status, _ in answers} == {200, 503}
+    assert all(h.get("retry-after") == "5" and h["content-type"] == "application/json" for h in refused)
+    assert app.state.summary.builds == 1  # one summary for 64 streams (before: one per stream per push)
+
+
+async def test_step_rebuilds_past_the_limit_are_refused_and_one_whose_client_leaves_is_cancelled(
+    bus_config: BusConfig, tmp_path: Path
+) -> None:
+    """The rebuild is held open (by the test's reader) until released, so which requests are in progress
+    when does not depend on how fast a real one reads its topics."""
+    entered: list[str] = []
+    cancelled: list[str] = []
+    release = threading.Event()
+
+    async def held_rebuild(bus: BusConfig, run: str, step: int, rules: StepRules) -> StepBatch:
+        entered.append(run)
+        try:
+            await anyio.to_thread.run_sync(release.wait, abandon_on_cancel=True)
+        except anyio.get_cancelled_exc_class():
+            cancelled.append(run)
+            raise
+        raise LookupError(f"run {run!r} has no step {step}")
+
+    async def listed(run: str, among: list[str]) -> None:
+        async def there() -> bool:
+            return run in among
+
+        await wait_until(there, poll_s=0.02)
+
+    cfg = DashboardConfig(port=free_port(), blob_dir=str(tmp_path), bus=bus_config, max_streams=1,
+                          max_connections=3)  # fmt: skip
+    path = "/api/inspect/step?step=1&run="
+    opened: list[anyio.abc.SocketStream] = []
+
+    async def request(path: str) -> anyio.abc.SocketStream:
+        opened.append(sock := await ask(cfg.port, path))
+        return sock
+
+    async def admitted(run: str) -> anyio.abc.SocketStream:
+        """A rebuild of ``run`` asked until it is admitted (refusals are answered at once)."""
+        while True:
+            sock, refused = await request(path + run), False
+            async with anyio.create_task_group() as tg:
+
+                async def answered(sock: anyio.abc.SocketStream) -> None:
+                    nonlocal refused
+                    assert (await head(sock))[0] == 503
+                    refused = True
+                    tg.cancel_scope.cancel()
+
+                async def rebuilding() -> None:
+                    await listed(run, entered)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(answered, sock)
+                tg.start_soon(rebuilding)
+            if not refused:
+                return sock
+            await sock.aclose()
+
+    with serving(server(cfg, build_app(cfg, rebuild=held_rebuild))), anyio.fail_after(60):
+        try:
+            a = await admitted("a")
+            b = await admitted("b")
+            status, headers, _ = await head(await request(path + "c"))
+            assert (status, headers["retry-after"]) == (503, "5")  # at once (before: queued behind a and b)
+            stream = await request("/api/stream")
+            assert (await head(stream))[0] == 200  # a, b and the stream: max_connections in progress
+            status, headers, data = await head(await request("/api/summary"), until=b"}")
+            assert (status, headers["retry-after"]) == (503, "5") and b"dashboard.max_connections" in data
+            await (
+                b.aclose()
+            )  # b's client leaves: its rebuild is cancelled (before: it ran on, holding a slot)
+            await listed("b", cancelled)
+            await stream.aclose()
+            d = await admitted("d")  # once the server has seen b and the stream go
+            release.set()  # the held rebuilds end: a and d are answered
+            assert (await head(a))[0] == 404 and (await head(d))[0] == 404
+        finally:
+            release.set()
+            for sock in opened:
+                await sock.aclose()
+    assert entered == ["a", "b", "d"] and cancelled == ["b"]

@@ -208,3 +208,24 @@ def test_the_learning_panel_shows_each_learn_runs_table_newest_first_in_bounded_
     board.add(stage("learn-c", "base", [1.0], at=60.0))
     assert [r["run"] for r in board.summary()["learn"]] == ["learn-c", "learn-b"]
     assert list(board.learn_runs) == ["learn-b", "learn-c"]  # learn-a forgotten
+
+
+def test_what_a_record_names_is_kept_bounded_strings_and_a_steps_tasks() -> None:
+    """Records are written by anyone who reaches the broker: a task name of 100,000 characters and a step
+    of 500 groups of as many tasks are shown in part, and a step's group ids are not sent to the page."""
+    board = Board()
+    long_name = "x" * 100_000
+    board.add(msgspec.structs.replace(work(0, 0), task=TaskRef(name=long_name)))
+    board.add(ScoreEvent(run_id="r", group_id="g0", episode_id="g0-e0", verdict=Reward(value=1.0),
+                         policy_version=0, scored_at=0.0))  # fmt: skip
+    for g in range(1, 100):
+        board.add(msgspec.structs.replace(work(g, 0), task=TaskRef(name=f"task-{g:03d}")))
+        board.add(ScoreEvent(run_id="r", group_id=f"g{g}", episode_id=f"g{g}-e0", verdict=Reward(value=0.0),
+                             policy_version=0, scored_at=0.0))  # fmt: skip
+    board.add(step(1, *range(100)))
+    summary = board.summary()
+    (shown,) = summary["steps"]
+    assert "group_ids" not in shown and shown["tasks_total"] == 100 and len(shown["by_task"]) == 20
+    task = max(summary["tasks"], key=len)
+    assert len(task) == 200 and task.endswith("…") and task.startswith("xxx")
+    assert len(msgspec.json.encode(summary)) < 50_000

@@ -1,5 +1,7 @@
 """The dashboard page's script (``app.js``) rendering a board summary, run under Node with a minimal
-stand-in for the DOM (elements that keep their children and text): what each table's rows say."""
+stand-in for the DOM (elements that keep their children and text): what each table's rows say, and that
+a summary of any size renders (a spread of 200,000 rows had thrown "Maximum call stack size exceeded"
+and left the eval, learn and episode panels empty)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,19 @@ import subprocess
 from pathlib import Path
 
 from consumers.dashboard.board import Board
+from cua_stream.bus.codec import json_line
 from cua_stream.evaluation.report import report_of
 from cua_stream.evaluation.results import EvalEpisode, EvalResults
+from cua_stream.events import DeadLetter, EvalReport, EvalTask
 from cua_stream.learn_table import blind_report
 
 APP = Path(__file__).resolve().parents[2] / "consumers" / "dashboard" / "app.js"
 
 HARNESS = r"""
 const fs = require("fs"), vm = require("vm");
-class Node { constructor(tag) { Object.assign(this, { tag, children: [], attrs: {}, dataset: {}, style: {},
-  className: "", own: "", value: "step", tBodies: tag === "table" ? [new Node("tbody")] : [] }); }
+class Node { constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.dataset = {};
+  this.style = {}; this.className = ""; this.own = ""; this.value = "step";
+  this.tBodies = tag === "table" ? [new Node("tbody")] : []; }
   setAttribute(k, v) { this.attrs[k] = v; } append(...c) { this.children.push(...c); }
   replaceChildren(...c) { this.children = c; this.own = ""; } addEventListener() {}
   get textContent() { return this.own + this.children.map((c) => c.textContent).join(""); }
@@ -34,7 +39,11 @@ ctx.summary = JSON.parse(fs.readFileSync(0, "utf8"));
 vm.runInContext("render(summary)", ctx);
 const rows = (id) => ids[id].tBodies[0].children.map((tr) => ({ class: tr.className,
   cells: tr.children.map((td) => td.textContent), colspan: tr.children.map((td) => td.attrs.colspan ?? null) }));
-console.log(JSON.stringify({ learn: rows("learn"), source: ids.source.textContent }));
+const sizes = Object.fromEntries(["verdicts", "evals", "learn", "episodes"].map((id) =>
+  [id, (ids[id].tBodies[0] || ids[id]).children.length + ids[id].children.length]));
+const notices = Object.values(ids).flatMap((n) => [n, ...n.tBodies]).flatMap((n) => n.children)
+  .filter((tr) => tr.className.includes("notice")).map((tr) => tr.textContent);
+console.log(JSON.stringify({ learn: rows("learn").slice(0, 100), source: ids.source.textContent, sizes, notices }));
 """
 
 
@@ -72,3 +81,53 @@ def test_the_learning_panel_renders_a_row_per_task_with_every_stage() -> None:
 def test_with_no_learn_run_the_panel_says_so() -> None:
     shown = rendered(Board().summary())
     assert shown["learn"] == [{"class": "", "cells": ["no learn run yet"], "colspan": ["6"]}]
+
+
+def huge_report(run_id: str, policy: str, tasks: int, at: float) -> EvalReport:
+    """An evaluation of ``tasks`` tasks (10,000 of them: 1.47 MB, a record Kafka accepts)."""
+    rows = [EvalTask(task=f"task-{i:05d}", episodes=8, scored=8, successes=i % 9, low=0.1, high=0.9,
+                     pass_at={1: 0.5, 8: 0.9}) for i in range(tasks)]  # fmt: skip
+    overall = EvalTask(
+        task="overall", episodes=8 * tasks, scored=8 * tasks, successes=tasks, low=0.1, high=0.2
+    )
+    return EvalReport(run_id=run_id, policy=policy, environment="local", samples=8, success_at=1.0, layouts=8,
+                      tasks=(*rows, overall), created_at=at)  # fmt: skip
+
+
+def test_twenty_evaluations_of_10000_tasks_are_shown_in_part_with_a_notice_on_every_panel() -> None:
+    board = Board()
+    for i in range(20):
+        board.add(huge_report(f"eval-{i}", f"/models/m{i}", 10_000, at=float(i)))
+    board.add(huge_report("eval-learn-1-base", "base", 10_000, at=30.0))  # a learn run's column
+    for i in range(5000):  # dead letters of as many reasons
+        board.add(DeadLetter(run_id="r", reason=f"reason {i}", source_topic="t", partition=0, offset=i, error="e",
+                             at=0.0))  # fmt: skip
+    summary = board.summary()
+    assert len(json_line(summary)) < 400_000  # before: 17.9 MB, rebuilt per stream per push
+    shown = rendered(summary)
+    assert shown["sizes"]["evals"] == 20 * (40 + 1 + 1)  # 40 tasks, overall and the notice, per report
+    assert summary["dead_letters"]["(other reasons)"] == 4000  # 1,000 reasons counted apart, the rest as one
+    assert "and 971 more (971 records)" in shown["notices"]  # of which the 30 most common are shown
+    assert "/models/m19: showing 40 of 10000 tasks" in shown["notices"]
+    assert "base: showing 40 of 10000 tasks" in shown["notices"]  # the eval panel's
+    learn = shown["learn"]
+    assert len(learn) == 42 and learn[0]["cells"][:2] == ["learn-1", "task-00000"]  # type: ignore[index]
+    assert [r["cells"] for r in learn[-2:]] == [  # type: ignore[index]
+        ["", "overall", "—", "0.12 [0.10, 0.20] (10000/80000)", "—", "—"],
+        ["learn-1: showing 40 of 10000 tasks"],
+    ]
+
+
+def test_the_page_renders_a_summary_of_any_size() -> None:
+    # not through the board: whatever a summary holds, the page draws it (150,000 items is past V8's limit
+    # on a call's arguments, so a spread of any of these lists into a call throws)
+    n = 150_000
+    summary = Board().summary()
+    rows = [
+        {"task": f"t{i}", "rate": 0.5, "scored": 2, "low": 0.1, "high": 0.9, "pass_at": {}} for i in range(n)
+    ]
+    summary["evals"] = [{"run_id": "eval-x", "policy": "p", "lag_s": None, "tasks_total": n, "tasks": rows}]
+    summary["verdicts"] = {f"reward 1 (reason {i})": 1 for i in range(n)}
+    summary["episodes"] = [{"episode_id": f"e{i}", "task": "t", "calls": 1, "verdict": ""} for i in range(n)]
+    shown = rendered(summary)
+    assert shown["sizes"] == {"verdicts": n, "evals": n, "learn": 1, "episodes": n}

@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 
+import anyio
 import pytest
 
 from consumers.dashboard.config import DashboardConfig
-from consumers.dashboard.server import Refusals, StrictJSON, readable
+from consumers.dashboard.server import _cancellable, readable
+from consumers.dashboard.web import Refusals, StrictJSON
 from cua_stream.errors import ConfigError
 
 
@@ -51,3 +54,28 @@ def test_json_answers_carry_non_finite_numbers_as_strings() -> None:
 def test_bad_stream_settings_fail_at_start_naming_the_field(field: str, value: float) -> None:
     with pytest.raises(ConfigError, match=f"dashboard.{field}"):
         DashboardConfig(**{field: value})
+
+
+@pytest.mark.anyio
+async def test_a_rendering_in_a_worker_thread_stops_at_its_next_decode_once_its_request_is_cancelled() -> (
+    None
+):
+    # a worker thread cannot be cancelled from outside; the rebuild's renderer asks at each decode (the slow
+    # part), so a request whose client left stops rendering instead of holding a thread and the CPU
+    calls: list[list[int]] = []
+    decoding, cancelled = threading.Event(), threading.Event()
+
+    def decode(ids: list[int]) -> str:
+        calls.append(ids)
+        decoding.set()
+        cancelled.wait(10)  # the first decode lasts until the request has been cancelled
+        return "x"
+
+    text = _cancellable(decode)
+    assert text is not None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(anyio.to_thread.run_sync, lambda: [text([i]) for i in range(1000)])
+        assert await anyio.to_thread.run_sync(decoding.wait, 10)
+        tg.cancel_scope.cancel()
+        cancelled.set()
+    assert calls == [[0]]  # before: all 1,000 ran on after the cancel

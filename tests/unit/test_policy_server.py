@@ -1,7 +1,8 @@
 """`cua-stream policies` under requests that are not chat completions: each is a 400 in the gateway's JSON
 error shape saying why (before: plain-text 500s), images follow the project's one image rule (strict
 base64, the pixel limit read from the header: a 9.9 KB 9000x9000 PNG is refused before it is decoded),
-and a screenshot is decoded off the event loop, so /health answers meanwhile."""
+a screenshot is decoded off the event loop, so /health answers meanwhile, and only so many at once (with
+a bounded queue; beyond, 503 and Retry-After), so memory is bounded too."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cua_stream.tasks.policy_server import create_app
+from cua_stream.tasks.policy_server import DecodeGate, create_app
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.anyio
 URL = "/policies/oracle/click-test/3/v1/chat/completions"
@@ -123,3 +125,52 @@ async def test_health_answers_while_a_screenshot_is_decoded(monkeypatch: pytest.
             tg.start_soon(decode)
             tg.start_soon(health)
     assert order == ["health 200", "chat 200"]  # before: /health waited for the decode to finish
+
+
+async def test_decodes_run_so_many_at_once_a_few_wait_and_more_are_refused_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each decode is held open until released, so which requests decode, wait or are refused does not
+    # depend on how fast this machine decodes. Before: every request decoded at once (four images just
+    # under the pixel limit took 1.43 GB), none waited and none was refused.
+    from cua_stream.tasks import policy_server
+
+    lock, release = threading.Lock(), threading.Event()
+    running, most = [0], [0]
+    real = policy_server.decode_screenshot
+
+    def held_decode(url: str) -> np.ndarray:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        try:
+            release.wait(30)
+            return real(url)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(policy_server, "decode_screenshot", held_decode)
+    app = create_app(DecodeGate(at_once=2, waiting=1))
+    transport = httpx.ASGITransport(app=app)
+    statuses: list[int] = []
+    async with httpx.AsyncClient(transport=transport, base_url="http://policies") as http:
+
+        async def chat() -> None:
+            statuses.append((await http.post(URL, json=with_image(data_url(png(64, 40))))).status_code)
+
+        async def decoding_two_and_one_waiting() -> bool:
+            with lock:
+                return running[0] == 2 and app.state.decodes.admitted == 3
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for _ in range(3):
+                    tg.start_soon(chat)
+                await wait_until(decoding_two_and_one_waiting, poll_s=0.01)
+                refused = await http.post(URL, json=with_image(data_url(png(64, 40))))
+                assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+                assert refused.json()["error"]["code"] == "busy"
+                assert (await http.get("/health")).status_code == 200  # answers meanwhile
+                release.set()
+    assert statuses == [200, 200, 200] and most[0] == 2  # the third waited for a slot

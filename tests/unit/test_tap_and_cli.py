@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
+import msgspec
 import pytest
 from aiokafka.structs import ConsumerRecord
 
 from cua_stream.bus.reader import Bound
-from cua_stream.events import encode, headers_for
-from cua_stream.tap import Filter, render_json, render_line
+from cua_stream.events import Event, TaskRef, encode, headers_for
+from cua_stream.tap import Filter, printable, render_json, render_line
 from tests.unit.samples import SAMPLES
 
 
-def _msg(name: str) -> ConsumerRecord:
-    ev = SAMPLES[name]
+def _msg(name: str, ev: Event | None = None) -> ConsumerRecord:
+    ev = ev or SAMPLES[name]
     return ConsumerRecord("cua.x", 1, 42, 1700000000123, 0, b"k", encode(ev), None, 0, 0, headers_for(ev))
 
 
@@ -50,6 +52,56 @@ def test_undecodable_and_json_lines() -> None:
     assert "!undecodable: bad bytes" in render_line(_msg("turn"), None, "bad bytes")
     doc = render_json(_msg("score"), SAMPLES["score"], None)
     assert '"verdict":{"verdict":"reward","value":1.0,"reason":"ok"}' in doc and '"offset":42' in doc
+
+
+EVIL = "x\x1b]0;pwned\x07\n12:00:00.000 cua.scores[0]@1 score ep=e reward=1 (ok)\r\x9b2J\x7f\u202e\x00"
+"""A terminal title, a forged second line, a carriage return, an 8-bit CSI, DEL, a bidi override, NUL."""
+UNSAFE = {chr(c) for c in (*range(0x20), *range(0x7F, 0xA0))} | {"\u2028", "\u2029", "\u202e"}
+
+
+def hostile(name: str) -> Event:
+    ev = SAMPLES[name]
+    match name:
+        case "eval_report":
+            task = msgspec.structs.replace(ev.tasks[0], task=EVIL)  # type: ignore[attr-defined]
+            return msgspec.structs.replace(ev, policy=EVIL, of_run="", policy_version=None, tasks=(task,))
+        case "work_request":
+            return msgspec.structs.replace(ev, task=TaskRef(name=EVIL))
+        case "outcome":
+            return msgspec.structs.replace(ev, task=EVIL, rewards={EVIL: 1.0})  # a key too
+        case "dead_letter":
+            return msgspec.structs.replace(ev, reason=EVIL, error=EVIL)
+        case "policy_version":
+            return msgspec.structs.replace(ev, weights_path=EVIL)
+    return msgspec.structs.replace(ev, reason=EVIL, detail=EVIL)  # group_dropped
+
+
+def strings(doc: object) -> list[str]:
+    """Every string in a JSON document, keys included."""
+    if isinstance(doc, dict):
+        return [s for k, v in doc.items() for s in (k, *strings(v))]
+    if isinstance(doc, list):
+        return [s for v in doc for s in strings(v)]
+    return [doc] if isinstance(doc, str) else []
+
+
+@pytest.mark.parametrize("name", ["eval_report", "work_request", "outcome", "dead_letter", "policy_version",
+                                  "group_dropped"])  # fmt: skip
+def test_tap_prints_no_control_character_of_a_record_in_either_format(name: str) -> None:
+    ev = hostile(name)
+    line = render_line(_msg(name, ev), ev, None)
+    assert not UNSAFE & set(line), line  # before: the title was set, and a second tap line printed
+    assert "x\\x1b]0;pwned\\x07\\n12:00:00.000" in line and "\\x9b2J\\x7f\\u202e\\x00" in line
+    doc = render_json(_msg(name, ev), ev, None)
+    assert not UNSAFE & set(doc) and doc.isascii()
+    assert EVIL in strings(json.loads(doc))  # escaped, not lost
+    undecodable = render_line(_msg(name, ev), None, f"bad bytes {EVIL}")
+    assert not UNSAFE & set(undecodable) and "\n" not in undecodable
+
+
+def test_printable_names_the_common_controls_and_escapes_the_rest() -> None:
+    assert printable("a\tb\nc\rd") == "a\\tb\\nc\\rd"
+    assert printable("\x1b[31m\x7f\x85\u2028é✓") == "\\x1b[31m\\x7f\\x85\\u2028é✓"  # printable text kept
 
 
 def test_filters_match_headers_then_event_fields() -> None:

@@ -74,19 +74,21 @@ async def committed(bus: BusConfig, group: str) -> int:
     return sum(o.offset for tp, o in offsets.items() if tp.topic == bus.topics().name_of(WORK))
 
 
-async def run_lanes(lanes: dict[str, Producer], bus: BusConfig, *, until: int, linger_s: float = 0.0) -> None:
-    """The lanes' producers side by side until ``until`` outcomes are out, and ``linger_s`` more."""
+async def run_lanes(lanes: dict[str, Producer], bus: BusConfig, *, until: int, through: int) -> None:
+    """The lanes' producers side by side until ``until`` outcomes are out and each lane's group has
+    committed past the ``through`` work records on the topic: every record decided (run, with its outcome
+    out first, or passed over), so whatever a lane would wrongly run has run by then."""
     with anyio.fail_after(240):
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
             for p in lanes.values():
                 await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
 
-            async def out() -> bool:
-                return len(await outcomes(bus)) >= until
+            async def settled() -> bool:
+                committed_by_lane = [await committed(bus, p.config.group) for p in lanes.values()]
+                return len(await outcomes(bus)) >= until and min(committed_by_lane) >= through
 
-            await wait_until(out, 0.5)
-            await anyio.sleep(linger_s)
+            await wait_until(settled, 0.5)
             stop.set()
 
 
@@ -211,6 +213,11 @@ def producer_cli(bus: BusConfig, gateway_url: str, log: Path, **env: str) -> sub
         )
 
 
+def cli_group(bus: BusConfig) -> str:
+    """The work topic's consumer group of ``producer_cli``'s producers (the training lane's)."""
+    return ProducerConfig(gateway_url="http://127.0.0.1:1", environment="scripted", bus=bus).group
+
+
 async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
     bus_config: BusConfig, keyed_gateway: str, tmp_path: Path
 ) -> None:
@@ -225,8 +232,13 @@ async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
                 return len({t.episode_id for t in await turns(bus_config)}) >= 2
 
             await wait_until(two_running, 0.3)
+            at_term = len(await turns(bus_config))
             proc.send_signal(signal.SIGTERM)  # drain: the two in hand go on, nothing new starts
-            await anyio.sleep(2.0)
+
+            async def went_on() -> bool:  # a turn of theirs recorded after the SIGTERM
+                return len(await turns(bus_config)) > at_term
+
+            await wait_until(went_on, 0.3)
             assert proc.poll() is None
             proc.send_signal(signal.SIGTERM)  # abandon them
             await anyio.to_thread.run_sync(proc.wait)
@@ -242,11 +254,13 @@ async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
     try:
         with anyio.fail_after(120):
 
-            async def all_done() -> bool:
-                return len(await outcomes(bus_config)) >= 4
+            async def all_done() -> bool:  # and committed past every request: nothing more to run
+                return (
+                    len(await outcomes(bus_config)) >= 4
+                    and await committed(bus_config, cli_group(bus_config)) == 4
+                )
 
             await wait_until(all_done, 0.3)
-            await anyio.sleep(2.0)  # nothing more arrives
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -259,7 +273,7 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
 ) -> None:
     requests = work("kill", 2, 3)
     await publish(bus_config, *requests)
-    slow = {"CUA_PRODUCER_MAX_TURNS": "3", "CUA_PRODUCER_SCRIPTED_ACTION_LATENCY_S": "0.4"}
+    slow = {"CUA_PRODUCER_MAX_TURNS": "3", "CUA_PRODUCER_SCRIPTED_ACTION_LATENCY_S": "1.0"}
     proc = producer_cli(bus_config, keyed_gateway, tmp_path / "p1.log", **slow)
     try:
         with anyio.fail_after(120):
@@ -267,7 +281,8 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
             async def some_done_some_running() -> bool:
                 done = {o.episode_id for o in await outcomes(bus_config)}
                 started = Counter(t.episode_id for t in await turns(bus_config) if t.episode_id not in done)
-                # one episode at its first turn: two more to go (>= 1 s), so the kill lands mid-episode
+                # one episode at its first turn: two more to go (>= 2 s, longer than reading the topics
+                # takes), so the kill lands mid-episode
                 return len(done) >= 1 and 1 in started.values()
 
             await wait_until(some_done_some_running, 0.1)
@@ -279,11 +294,14 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
     try:
         with anyio.fail_after(180):
 
-            async def every_request_answered() -> bool:
-                return {o.episode_id for o in await outcomes(bus_config)} == {w.episode_id for w in requests}
+            async def every_request_answered() -> bool:  # and committed past it: nothing more to run
+                answered = {o.episode_id for o in await outcomes(bus_config)}
+                return (
+                    answered == {w.episode_id for w in requests}
+                    and await committed(bus_config, cli_group(bus_config)) == 6
+                )
 
             await wait_until(every_request_answered, 0.3)
-            await anyio.sleep(2.0)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -310,7 +328,7 @@ async def test_training_and_evaluation_lanes_each_run_only_their_own_work(
                           max_turns=1, concurrency=2, bus=bus_config)  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
     assert lanes["train"].config.group != lanes["eval"].config.group
-    await run_lanes(lanes, bus_config, until=4)
+    await run_lanes(lanes, bus_config, until=4, through=4)
     got = await outcomes(bus_config)
     assert sorted(o.episode_id for o in got) == sorted(
         w.episode_id for w in training + evaluation
@@ -331,7 +349,7 @@ async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the
     base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
                           max_turns=1, concurrency=2, bus=bus_config, runs=["mine"])  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
-    await run_lanes(lanes, bus_config, until=3, linger_s=2.0)  # time to (wrongly) start a stopped run's work
+    await run_lanes(lanes, bus_config, until=3, through=5)  # the stopped run's work decided too
     got = sorted(o.episode_id for o in await outcomes(bus_config))
     assert got == sorted(w.episode_id for w in mine + mine_eval)  # the stopped run's: none
     for lane, p in lanes.items():

@@ -19,6 +19,7 @@ from harbor.models.task.config import EnvironmentConfig
 from harbor.models.trial.paths import TrialPaths
 
 from cua_stream.desktop.environment import TYPE
+from tests.conftest import wait_until
 
 pytestmark = [
     pytest.mark.anyio,
@@ -67,6 +68,11 @@ async def test_episodes_side_by_side_each_with_its_own_display_tmp_and_processes
         with anyio.fail_after(10):
             started = await env.exec("Xvfb :1 -screen 0 640x480x24 >/dev/null 2>&1 & sleep 0.5; echo up")
         assert started.return_code == 0 and started.stdout == "up\n"
+    # the display answers (within 30 s: the half second above is Harbor's, not a readiness wait)
+    answers = await a.exec(
+        "for _ in $(seq 300); do DISPLAY=:1 xdotool getdisplaygeometry >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1"
+    )
+    assert answers.return_code == 0, "Xvfb :1 never answered"
     shot = await a.exec(
         "DISPLAY=:1 xdotool mousemove 5 5 && DISPLAY=:1 import -window root /tmp/s.png && wc -c < /tmp/s.png"
     )
@@ -256,6 +262,17 @@ async def test_computer1s_own_runtime_runs_four_desktops_side_by_side(tmp_path: 
         titles = await env.exec("DISPLAY=:1 xdotool search --name . getwindowname %@ 2>/dev/null")
         return text in (titles.stdout or "")
 
+    def colour(i: int) -> tuple[int, int, int]:
+        return (20 + 60 * i, 20, 20)
+
+    async def captured(i: int) -> tuple[tuple[int, int], tuple[int, int, int]]:
+        """Episode i's screen as computer-1 captures it: its size, and the page's colour below the text."""
+        await sessions[i].fetch_screenshot(f"/tmp/shot-{i}.webp")  # computer-1's capture + cwebp
+        assert (await envs[i].exec(f"test -s /tmp/shot-{i}.webp")).return_code == 0
+        url = await sessions[i].latest_png_data_url()
+        image = Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2])))
+        return image.size, image.convert("RGB").getpixel((320, 400))
+
     try:
         with anyio.fail_after(240):
             for env, session in zip(envs, sessions, strict=True):  # all four run at once from here on
@@ -263,22 +280,21 @@ async def test_computer1s_own_runtime_runs_four_desktops_side_by_side(tmp_path: 
                 await session.start()
             for i, (env, session) in enumerate(zip(envs, sessions, strict=True)):
                 page = f"data:text/html,<body style='background:rgb({20 + 60 * i},20,20)'><h1>episode {i}</h1></body>"
-                for _ in range(5):  # as an agent would: look, and navigate again if the page is not up
+                while not await shows(env, f"episode {i}"):  # as an agent would: look, navigate again
                     await session.execute(ComputerAction(type="navigate", url=page))
-                    await anyio.sleep(0.5)
-                    if await shows(env, f"episode {i}"):
-                        break
+                    with anyio.move_on_after(5):  # how long to look before navigating again, not a verdict
+                        await wait_until(lambda env=env, i=i: shows(env, f"episode {i}"), poll_s=0.5)
                 await session.execute(ComputerAction(type="click", x=100, y=100))
-        await anyio.sleep(0.5)
-        colours = []
-        for i, session in enumerate(sessions):
-            await session.fetch_screenshot(f"/tmp/shot-{i}.webp")  # computer-1's capture + cwebp
-            assert (await envs[i].exec(f"test -s /tmp/shot-{i}.webp")).return_code == 0
-            url = await session.latest_png_data_url()
-            image = Image.open(io.BytesIO(base64.b64decode(url.partition(",")[2])))
-            assert image.size == (640, 480)
-            colours.append(image.convert("RGB").getpixel((320, 400)))
-        assert colours == [(20 + 60 * i, 20, 20) for i in range(4)]  # each its own desktop's page
+            shots: dict[int, tuple[tuple[int, int], tuple[int, int, int]]] = {}
+            for i in range(4):  # each screen once its page is painted (the title comes first)
+
+                async def painted(i: int = i) -> bool:
+                    shots[i] = await captured(i)
+                    return shots[i][1] == colour(i)
+
+                await wait_until(painted, poll_s=0.5)
+        assert {size for size, _ in shots.values()} == {(640, 480)}
+        assert [shots[i][1] for i in range(4)] == [colour(i) for i in range(4)]  # each its own page
         await sessions[0].reset()
         for env in envs[1:]:
             assert (await env.exec("pgrep -f chromium >/dev/null")).return_code == 0

@@ -102,7 +102,7 @@ async def chromium(url: str, size: tuple[int, int] = (1280, 1700)) -> AsyncItera
 
 
 async def _remove(path: Path) -> None:
-    for _ in range(50):  # a helper the group kill reached may still be exiting
+    for _ in range(300):  # a helper the group kill reached may still be exiting (30 s at most)
         try:
             shutil.rmtree(path)
             return

@@ -22,7 +22,7 @@ import uvicorn
 from cua_stream.config import BusConfig
 from cua_stream.gateway.config import GatewayConfig
 from cua_stream.procs import child
-from tests.conftest import free_port
+from tests.conftest import free_port, wait_until
 
 ENGINE_START_S = 180.0
 
@@ -61,6 +61,20 @@ def engine(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     args = ["engine", str(tiny_model_dir), "--port", str(port), "--debug-history", "1024", "--seed", "7"]
     with child(args, f"{url}/health", log, timeout_s=ENGINE_START_S):
         yield EngineProcess(url, tiny_model_dir)
+
+
+async def decode_rounds(http: httpx.AsyncClient, engine_url: str, n: int) -> None:
+    """Until the reference engine has finished ``n`` more decode rounds that advanced a request (its
+    ``busy_s`` grew ``n`` times). Each round advances every request the engine holds by a token, so after
+    two every request held at the call has tokens: a generation is under way, however fast the machine.
+    The caller bounds the wait."""
+    for _ in range(n):
+        before = (await http.get(f"{engine_url}/debug/scheduler")).json()["busy_s"]
+
+        async def advanced(before: float = before) -> bool:
+            return (await http.get(f"{engine_url}/debug/scheduler")).json()["busy_s"] > before
+
+        await wait_until(advanced, poll_s=0.01)
 
 
 @contextmanager

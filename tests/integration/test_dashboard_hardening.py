@@ -200,7 +200,7 @@ async def test_live_streams_are_capped_and_end_by_themselves(
     bus_config: BusConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = DashboardConfig(port=free_port(), blob_dir=str(tmp_path), bus=bus_config, max_streams=3,
-                          max_connections=40, stream_max_s=4)  # fmt: skip
+                          max_connections=40, stream_max_s=10)  # fmt: skip
     url = f"http://127.0.0.1:{cfg.port}"
     caplog.set_level(logging.WARNING, logger="consumers.dashboard.server")
     with serving(server(cfg)):
@@ -219,8 +219,9 @@ async def test_live_streams_are_capped_and_end_by_themselves(
                 assert (await http.get(f"{url}/api/summary")).status_code == 200  # the rest still answers
                 assert (await http.get(f"{url}/")).status_code == 200
             # the three are closed: once the server has seen them go, a new one is served, and it ends by
-            # itself after stream_max_s
-            with anyio.fail_after(30):
+            # itself after stream_max_s (10 s: the three must outlast the fourteen requests above, however
+            # slow the machine)
+            with anyio.fail_after(60):
                 served = False
                 while not served:
                     async with http.stream("GET", f"{url}/api/stream") as d:

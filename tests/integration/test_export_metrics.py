@@ -16,9 +16,9 @@ from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
 from cua_stream.events import WorkRequest
 from cua_stream.topics import TRAIN_STEPS, WORK
-from tests.conftest import wait_until
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_replay_tap import cli
+from tests.integration.test_trainer_drops import HeldClock, until
 from tests.integration.test_trainer_drops import publish as publish_groups
 from tests.integration.test_trainer_resume import RUN
 from tests.unit.test_metrics_sinks import (
@@ -110,15 +110,18 @@ async def test_the_trainers_live_sink_and_an_export_agree(
         metrics_sinks=[f"tensorboard:{live}"],
         bus=bus_config,
     )
-    trainer = Trainer(config)
+    clock = HeldClock()  # the timed-out group times out once the others are decided (test_trainer_drops)
+    trainer = Trainer(config, clock=clock)
     stop = anyio.Event()
 
-    async def decided() -> None:
-        async def done() -> bool:
-            drops = sum(trainer.metrics.drops.value(reason=r) for r in REASONS)
-            return trainer.state.step == 6 and drops == 4
+    def dropped(reasons: tuple[str, ...]) -> int:
+        return sum(trainer.metrics.drops.value(reason=r) for r in reasons)
 
-        await wait_until(done, poll_s=0.2)
+    async def decided() -> None:
+        await until(lambda: trainer.state.step == 6 and dropped(REASONS) == 3)
+        assert dropped(("timeout",)) == 0
+        clock.move_past(config.group_timeout_s)
+        await until(lambda: dropped(REASONS) == 4)
         stop.set()
 
     with anyio.fail_after(300):

@@ -76,22 +76,24 @@ async def committed(bus: BusConfig, group: str, topic: TopicSpec = WORK) -> int:
 
 
 async def run_lanes(
-    lanes: dict[str, Producer], bus: BusConfig, *, until: int, passed_over: int = 0, linger_s: float = 0.0
+    lanes: dict[str, Producer], bus: BusConfig, *, until: int, through: dict[str, int]
 ) -> None:
-    """The lanes' producers side by side until ``until`` outcomes are out and each lane passed over
-    ``passed_over`` records, and ``linger_s`` more."""
+    """The lanes' producers side by side until ``until`` outcomes are out and each lane's group has
+    committed past ``through[lane]`` records of its lane's work topic: every record decided (run, with
+    its outcome out first, or passed over), so whatever a lane would wrongly run has run by then."""
     with anyio.fail_after(240):
         async with anyio.create_task_group() as tg:
             stop = anyio.Event()
             for p in lanes.values():
                 await tg.start(lambda task_status, p=p: p.run(stop=stop, task_status=task_status))
 
-            async def out() -> bool:
-                over = all(p.metrics.passed_over.value() >= passed_over for p in lanes.values())
-                return over and len(await outcomes(bus)) >= until
+            async def settled() -> bool:
+                for lane, p in lanes.items():
+                    if await committed(bus, p.config.group, p.config.work_topic) < through[lane]:
+                        return False
+                return len(await outcomes(bus)) >= until
 
-            await wait_until(out, 0.5)
-            await anyio.sleep(linger_s)
+            await wait_until(settled, 0.5)
             stop.set()
 
 
@@ -274,6 +276,11 @@ def producer_cli(
         )
 
 
+def cli_group(bus: BusConfig) -> str:
+    """The work topic's consumer group of ``producer_cli``'s producers (the training lane's)."""
+    return ProducerConfig(gateway_url="http://127.0.0.1:1", environment="scripted", bus=bus).group
+
+
 async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
     bus_config: BusConfig, keyed_gateway: str, tmp_path: Path
 ) -> None:
@@ -288,8 +295,13 @@ async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
                 return len({t.episode_id for t in await turns(bus_config)}) >= 2
 
             await wait_until(two_running, 0.3)
+            at_term = len(await turns(bus_config))
             proc.send_signal(signal.SIGTERM)  # drain: the two in hand go on, nothing new starts
-            await anyio.sleep(2.0)
+
+            async def went_on() -> bool:  # a turn of theirs recorded after the SIGTERM
+                return len(await turns(bus_config)) > at_term
+
+            await wait_until(went_on, 0.3)
             assert proc.poll() is None
             proc.send_signal(signal.SIGTERM)  # abandon them
             await anyio.to_thread.run_sync(proc.wait)
@@ -305,11 +317,13 @@ async def test_sigterm_drains_a_second_sigterm_abandons_and_nothing_is_lost(
     try:
         with anyio.fail_after(120):
 
-            async def all_done() -> bool:
-                return len(await outcomes(bus_config)) >= 4
+            async def all_done() -> bool:  # and committed past every request: nothing more to run
+                return (
+                    len(await outcomes(bus_config)) >= 4
+                    and await committed(bus_config, cli_group(bus_config)) == 4
+                )
 
             await wait_until(all_done, 0.3)
-            await anyio.sleep(2.0)  # nothing more arrives
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -322,7 +336,7 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
 ) -> None:
     requests = work("kill", 2, 3)
     await publish(bus_config, *requests)
-    slow = {"CUA_PRODUCER_MAX_TURNS": "3", "CUA_PRODUCER_SCRIPTED_ACTION_LATENCY_S": "0.4"}
+    slow = {"CUA_PRODUCER_MAX_TURNS": "3", "CUA_PRODUCER_SCRIPTED_ACTION_LATENCY_S": "1.0"}
     proc = producer_cli(bus_config, keyed_gateway, tmp_path / "p1.log", **slow)
     try:
         with anyio.fail_after(120):
@@ -330,7 +344,8 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
             async def some_done_some_running() -> bool:
                 done = {o.episode_id for o in await outcomes(bus_config)}
                 started = Counter(t.episode_id for t in await turns(bus_config) if t.episode_id not in done)
-                # one episode at its first turn: two more to go (>= 1 s), so the kill lands mid-episode
+                # one episode at its first turn: two more to go (>= 2 s, longer than reading the topics
+                # takes), so the kill lands mid-episode
                 return len(done) >= 1 and 1 in started.values()
 
             await wait_until(some_done_some_running, 0.1)
@@ -342,11 +357,14 @@ async def test_kill_9_mid_episode_then_restart_loses_no_work_and_each_finished_a
     try:
         with anyio.fail_after(180):
 
-            async def every_request_answered() -> bool:
-                return {o.episode_id for o in await outcomes(bus_config)} == {w.episode_id for w in requests}
+            async def every_request_answered() -> bool:  # and committed past it: nothing more to run
+                answered = {o.episode_id for o in await outcomes(bus_config)}
+                return (
+                    answered == {w.episode_id for w in requests}
+                    and await committed(bus_config, cli_group(bus_config)) == 6
+                )
 
             await wait_until(every_request_answered, 0.3)
-            await anyio.sleep(2.0)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -379,7 +397,7 @@ async def test_training_and_evaluation_lanes_each_run_only_their_own_work(
                           max_turns=1, concurrency=2, bus=bus_config)  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
     assert lanes["train"].config.group != lanes["eval"].config.group
-    await run_lanes(lanes, bus_config, until=4, passed_over=1)
+    await run_lanes(lanes, bus_config, until=4, through={"train": 3, "eval": 3})
     got = await outcomes(bus_config)
     assert sorted(o.episode_id for o in got) == sorted(
         w.episode_id for w in training + evaluation
@@ -403,7 +421,7 @@ async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the
     base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
                           max_turns=1, concurrency=2, bus=bus_config, runs=["mine"])  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
-    await run_lanes(lanes, bus_config, until=3, linger_s=2.0)  # time to (wrongly) start a stopped run's work
+    await run_lanes(lanes, bus_config, until=3, through=5)  # the stopped run's work decided too
     got = sorted(o.episode_id for o in await outcomes(bus_config))
     assert got == sorted(w.episode_id for w in mine + mine_eval)  # the stopped run's: none
     for lane, p in lanes.items():

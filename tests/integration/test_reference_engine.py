@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from cua_stream.engine.config import EngineConfig
-from tests.conftest import free_port
-from tests.integration.gateway_servers import serving, tiny_model_dir
+from tests.conftest import free_port, wait_until
+from tests.integration.gateway_servers import decode_rounds, serving, tiny_model_dir
 
 __all__ = ["tiny_model_dir"]  # fixture
 
@@ -36,9 +36,18 @@ def engine_url(tiny_model_dir: Path) -> Iterator[str]:
     """An engine of its own (the tests change its weights), in this process."""
     from cua_stream.engine.server import build_server
 
-    config = EngineConfig(model_path=str(tiny_model_dir), port=free_port(), debug_history=16)
+    # each decode round lasts at least 10 ms: a 200-token generation at least 2 s on any machine, long
+    # enough for a pause sent once it decodes to land inside it
+    config = EngineConfig(
+        model_path=str(tiny_model_dir), port=free_port(), debug_history=16, step_latency_s=0.01
+    )
     with serving(build_server(config)):
         yield f"http://127.0.0.1:{config.port}"
+
+
+async def busy_s(http: httpx.AsyncClient) -> float:
+    """The engine's seconds in decode rounds so far (it grows only while a request is decoded)."""
+    return (await http.get("/debug/scheduler")).json()["busy_s"]
 
 
 async def generate(http: httpx.AsyncClient, **sampling: Any) -> dict[str, Any]:
@@ -65,7 +74,8 @@ async def test_weight_update_mid_generation_splits_the_version_spans(
                 results.append(await generate(http, max_new_tokens=300, ignore_eos=True, sampling_seed=3))
 
             tg.start_soon(long_generation)
-            await anyio.sleep(0.4)  # well into the decode loop
+            with anyio.fail_after(60):
+                await decode_rounds(http, engine_url, 2)  # into the decode loop
             assert (await http.post("/pause_generation", json={"mode": "in_place"})).status_code == 200
             update = {"model_path": str(other_weights), "weight_version": "1"}
             r = await http.post("/update_weights_from_disk", json=update)
@@ -98,7 +108,8 @@ async def test_pause_abort_ends_generation_and_new_requests_wait_for_continue(en
                 results.append(await generate(http, max_new_tokens=300, ignore_eos=True))
 
             tg.start_soon(long_generation)
-            await anyio.sleep(0.4)
+            with anyio.fail_after(60):
+                await decode_rounds(http, engine_url, 2)
             await http.post("/pause_generation", json={"mode": "abort"})
         (aborted,) = results
         finish = aborted["meta_info"]["finish_reason"]
@@ -110,9 +121,15 @@ async def test_pause_abort_ends_generation_and_new_requests_wait_for_continue(en
             async def queued() -> None:
                 results.append(await generate(http, max_new_tokens=4, ignore_eos=True))
 
+            busy = await busy_s(http)
             tg.start_soon(queued)
-            await anyio.sleep(0.3)
-            assert len(results) == 1  # still waiting: generation is paused
+
+            async def held() -> bool:
+                return sum((await http.get("/health")).json().values()) == 1
+
+            with anyio.fail_after(60):
+                await wait_until(held, poll_s=0.01)
+            assert len(results) == 1 and await busy_s(http) == busy  # held, not decoded: paused
             await http.post("/continue_generation")
         assert results[1]["meta_info"]["finish_reason"] == {"type": "length", "length": 4}
 
@@ -207,7 +224,8 @@ async def test_a_retracted_request_is_prefilled_again_under_the_new_weights_as_s
                 results.append((await http.post("/generate", json=body)).json())
 
             tg.start_soon(long_generation)
-            await anyio.sleep(0.4)
+            with anyio.fail_after(60):
+                await decode_rounds(http, engine_url, 2)
             paused = await http.post("/pause_generation", json={"mode": mode})
             assert paused.json() == {"message": "Generation paused successfully.", "status": "ok"}
             new = str(int(old) + 1)

@@ -6,6 +6,7 @@ admin principal with that prefix's ACLs (``acls(prefix)``)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import socket
@@ -55,7 +56,7 @@ from cua_stream.topics import (
     WORK,
     TopicSpec,
 )
-from tests.conftest import broker_port
+from tests.conftest import broker_port, wait_until
 from tests.unit.samples import SAMPLES
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.anyio]
@@ -192,8 +193,8 @@ async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured,
     wrong = tmp_path / "wrong.password"
     wrong.write_text("not-the-password\n")
     cases = {
-        "file": secured.bus("trainer", prefix, sasl_password_file=str(wrong), connect_timeout_s=30),
-        "unknown user": secured.bus("trainer", prefix, sasl_username="mallory", connect_timeout_s=30),
+        "file": secured.bus("trainer", prefix, sasl_password_file=str(wrong), connect_timeout_s=120),
+        "unknown user": secured.bus("trainer", prefix, sasl_username="mallory", connect_timeout_s=120),
         # the password from the environment (CUA_KAFKA_PASSWORD), the way a daemon reads it
         "environment": build(
             BusConfig,
@@ -204,6 +205,7 @@ async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured,
                 "CUA_SASL_USERNAME": "gateway",
                 "CUA_KAFKA_PASSWORD": "guessed",
                 "CUA_SSL_CAFILE": str(secured.broker.home / "tls" / "ca.pem"),
+                "CUA_CONNECT_TIMEOUT_S": "120",
             },
         ),
     }
@@ -214,7 +216,10 @@ async def test_a_wrong_password_is_refused_at_once_in_one_line(secured: Secured,
                 pass
         took = time.monotonic() - t0
         message = str(refused.value)
-        assert took < 5, f"{name}: {took:.1f}s (an authentication failure must not be retried)"
+        # far below the connect timeout a retried failure would wait out (~1 s here, whatever the machine)
+        assert took < bus.connect_timeout_s / 2, (
+            f"{name}: {took:.1f}s (an authentication failure must not be retried)"
+        )
         assert "\n" not in message and "SCRAM-SHA-512" in message and "invalid credentials" in message
         assert "not-the-password" not in message and "guessed" not in message
 
@@ -246,12 +251,33 @@ async def test_plaintext_and_untrusting_clients_are_refused(secured: Secured, tm
     t0 = time.monotonic()
     with pytest.raises(BusRefused, match="TLS"):
         async with EventProducer(
-            secured.bus("reader", prefix, ssl_cafile=str(other_ca), connect_timeout_s=30)
+            secured.bus("reader", prefix, ssl_cafile=str(other_ca), connect_timeout_s=120)
         ):
             pass
-    assert time.monotonic() - t0 < 5
-    await anyio.sleep(0.5)  # the refused connections' transports close ...
-    gc.collect()  # ... and are collected here, within this test
+    assert time.monotonic() - t0 < 60  # refused at once, not retried for the connect timeout
+
+    async def closed() -> bool:
+        return connections_to(secured.broker.config.port) == 0
+
+    with anyio.move_on_after(30):  # the refused connections' transports close (not this test's verdict) ...
+        await wait_until(closed, poll_s=0.1)
+    gc.collect()  # ... and are collected here, within this test: collected later, in another test, an
+    # unclosed one's complaint would fail that test (warnings are errors)
+
+
+def connections_to(port: int) -> int:
+    """This process's TCP sockets connected to ``port`` (Linux: its fds' socket inodes in /proc/net)."""
+    mine = set()
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if (target := os.readlink(fd)).startswith("socket:["):
+                mine.add(target.removeprefix("socket:[").removesuffix("]"))
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            count += int(fields[2].rsplit(":", 1)[1], 16) == port and fields[9] in mine
+    return count
 
 
 async def test_every_forbidden_operation_is_refused(secured: Secured) -> None:

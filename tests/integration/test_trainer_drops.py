@@ -4,6 +4,7 @@ never all finish times out; the rest train. Synthetic records through the real b
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -18,6 +19,7 @@ from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.events import Discard, GroupDropped, Reward, ScoreEvent, TrainStep
 from cua_stream.topics import SCORES, TRAIN_STEPS, TURNS
+from tests.conftest import wait_until
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_trainer_resume import RUN, episode_records
 
@@ -31,6 +33,30 @@ def at_version_5(checkpoints: Path) -> Path:
     checkpoints.mkdir()
     (checkpoints / ckpt.FILE).write_bytes(msgspec.json.encode(ckpt.Checkpoint(run_id=RUN, version=5, step=5)))
     return checkpoints
+
+
+class HeldClock:
+    """The trainer's clock, held still until ``move_past`` a group timeout: a group times out only once
+    the test has seen every other group decided, however long this machine takes to read and train them
+    (on the wall clock, a step or a slow read between a group's records could time out a whole group)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def move_past(self, timeout_s: float) -> None:
+        self.now += timeout_s + 1.0
+
+
+async def until(done: Callable[[], bool]) -> None:
+    """Until ``done`` (the trainer's state, read in this process) holds; the caller bounds the wait."""
+
+    async def holds() -> bool:
+        return done()
+
+    await wait_until(holds, poll_s=0.2)
 
 
 async def publish(config: BusConfig) -> None:
@@ -72,16 +98,21 @@ async def test_each_drop_is_published_with_its_reason_and_counted(
         blob_dir=str(tmp_path / "blobs"),
         bus=bus_config,
     )
-    trainer = Trainer(config)
+    clock = HeldClock()
+    trainer = Trainer(config, clock=clock)
     stop = anyio.Event()
     reasons = {"discarded", "zero_variance", "stale", "timeout"}
+    drops = trainer.metrics.drops
 
     async def all_seen() -> None:
-        for _ in iter(int, 1):  # until every expected decision is in
-            if trainer.state.step == 6 and all(trainer.metrics.drops.value(reason=r) == 1 for r in reasons):
-                stop.set()
-                return
-            await anyio.sleep(0.2)
+        # the step and the three drops a group's own records decide, while no time passes for the join
+        await until(
+            lambda: trainer.state.step == 6 and all(drops.value(reason=r) == 1 for r in reasons - {"timeout"})
+        )
+        assert drops.value(reason="timeout") == 0
+        clock.move_past(config.group_timeout_s)  # now group 5 has waited too long for its second episode
+        await until(lambda: drops.value(reason="timeout") == 1)
+        stop.set()
 
     with anyio.fail_after(300):
         async with anyio.create_task_group() as tg:

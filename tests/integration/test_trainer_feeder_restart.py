@@ -4,6 +4,7 @@ issues the missing ones, copies of their siblings, each exactly once."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -27,6 +28,19 @@ pytestmark = [pytest.mark.kafka, pytest.mark.model, pytest.mark.anyio]
 RUN = "feed-restart"
 
 
+class CountingClock:
+    """The wall clock, counting its readings. A trainer round with nothing arriving and nothing to issue
+    reads it once (to time groups out, after the round's feeding), so readings count its loop's rounds:
+    waiting for rounds, not seconds, for anything issued twice to be on the topic."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return time.time()
+
+
 async def test_a_group_cut_short_by_a_crash_is_completed_on_restart_and_nothing_is_issued_twice(
     bus_config: BusConfig, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
@@ -40,6 +54,7 @@ async def test_a_group_cut_short_by_a_crash_is_completed_on_restart_and_nothing_
         bus=bus_config,
     )  # fmt: skip
     stop = anyio.Event()
+    clock = CountingClock()
 
     async def issued() -> list:
         return [d.event async for d in scan(bus_config, WORK) if d.event.run_id == RUN]
@@ -49,13 +64,18 @@ async def test_a_group_cut_short_by_a_crash_is_completed_on_restart_and_nothing_
 
     async def until_complete() -> None:
         await wait_until(all_three, poll_s=0.2)
-        await anyio.sleep(1.0)  # anything issued twice would be there by now
+        seen = clock.readings
+
+        async def two_more_rounds() -> bool:  # each issues what it would (and awaits it) first
+            return clock.readings >= seen + 3
+
+        await wait_until(two_more_rounds, poll_s=0.05)
         stop.set()
 
     with anyio.fail_after(180):
         async with anyio.create_task_group() as tg:
             tg.start_soon(until_complete)
-            await Trainer(config).run(stop=stop)
+            await Trainer(config, clock=clock).run(stop=stop)
     work = await issued()
     assert Counter(w.episode_id for w in work) == {f"{RUN}-g000000-e{i}": 1 for i in range(3)}
     assert {(w.group_id, w.task.name, w.policy_version, w.created_at, w.group_size) for w in work} == {

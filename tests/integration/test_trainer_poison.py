@@ -7,8 +7,7 @@ restart that reads them all again publishes none of it twice. Real broker, tiny 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -35,6 +34,7 @@ from cua_stream.events import (
     to_json,
 )
 from cua_stream.topics import DLQ, POLICY, SCORES, TRAIN_STEPS, TURNS
+from tests.conftest import wait_until
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_trainer_resume import RUN, episode_records
 
@@ -99,15 +99,12 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
         bus=bus_config,
     )
 
-    async def run_until(done: Callable[[Trainer], bool]) -> Trainer:
+    async def run_until(done: Callable[[Trainer], Awaitable[bool]]) -> Trainer:
         trainer, stop = Trainer(config), anyio.Event()
 
         async def watch() -> None:
-            for _ in iter(int, 1):  # until ``done`` holds
-                if done(trainer):
-                    stop.set()
-                    return
-                await anyio.sleep(0.2)
+            await wait_until(lambda: done(trainer), poll_s=0.2)
+            stop.set()
 
         with anyio.fail_after(240):
             async with anyio.create_task_group() as tg:
@@ -115,13 +112,14 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
                 await trainer.run(stop=stop)
         return trainer
 
-    await run_until(
-        lambda t: (
+    async def decided(t: Trainer) -> bool:  # read (their dead letters go out with the stop's commit)
+        return (
             t.state.step == 2
             and t.metrics.drops.value(reason="invalid_records") == 4
             and t.metrics.undecodable.value() == 3
-        )  # read (their dead letters go out with the stop's commit)
-    )
+        )
+
+    await run_until(decided)
     records = [d.event async for d in scan(bus_config, TRAIN_STEPS)]
     steps = [r for r in records if isinstance(r, TrainStep)]
     assert sorted(g for s in steps for g in s.group_ids) == [f"{RUN}-g{g:06d}" for g in GOOD]
@@ -155,15 +153,16 @@ async def test_untrainable_records_drop_their_group_and_are_dead_lettered_once(
     saved = msgspec.json.decode(path.read_bytes(), type=ckpt.Checkpoint)
     pending = [to_json(e).decode() for e in [*drops.values(), *letters]]
     path.write_bytes(msgspec.json.encode(msgspec.structs.replace(saved, pending=pending)))
-    read_again_at: list[float] = []
 
-    def settled(t: Trainer) -> bool:
+    async def settled(t: Trainer) -> bool:
         """The restart read the inputs' two undecodable records again (the open group holds their
-        partitions back), and ran 2 s more: time to publish anything twice, if it were to."""
-        if t.metrics.undecodable.value() < 2:
+        partitions back) and every record after them to the end of its inputs: whatever it would publish
+        twice, it has read what would make it (and the loop's round that read it decides it before the
+        stop is seen)."""
+        inputs = t._inputs
+        if t.metrics.undecodable.value() < 2 or inputs is None or inputs.live is None:
             return False
-        read_again_at[:] = read_again_at or [time.monotonic()]
-        return time.monotonic() - read_again_at[0] > 2
+        return await inputs.caught_up(await inputs.end_offsets())
 
     second = await run_until(settled)
     assert second.state.step == 2

@@ -104,15 +104,25 @@ def test_kill_9_at_random_moments_loses_no_group_and_trains_none_twice(
     cmd = trainer_cmd(bus_config, tiny_model_dir, tmp_path)
     rng = random.Random(20261201)
     kills = []
+    step_s = 0.5  # until measured: a step and its commit took about a second here
     for target in sorted(rng.sample(range(1, STEPS - 3), 3)):
         # Kill once the checkpoint reached step ``target``, then a random moment later: inside the next
-        # step, its weight save, its checkpoint write or its publishing.
+        # step, its weight save, its checkpoint write or its publishing. The moment is a fraction of a
+        # step as this machine runs them, so it lands there however fast or slow the machine is.
         env = os.environ.copy()
         with subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env) as p:
             deadline = time.monotonic() + 300
-            while checkpointed_step(tmp_path) < target and p.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0.0, 0.5))  # a step and its commit take about a second
+            first_seen: dict[int, float] = {}  # checkpointed step -> when this loop first saw it
+            while (
+                (at := checkpointed_step(tmp_path)) < target
+                and p.poll() is None
+                and time.monotonic() < deadline
+            ):
+                first_seen.setdefault(at, time.monotonic())
+                time.sleep(0.02)
+            if len(first_seen) >= 2 and at > max(first_seen):  # steps that began and ended in this process
+                step_s = (time.monotonic() - first_seen[max(first_seen)]) / (at - max(first_seen))
+            time.sleep(rng.uniform(0.0, 1.0) * step_s)
             p.send_signal(signal.SIGKILL)
             p.wait()
             kills.append((target, checkpointed_step(tmp_path)))

@@ -20,10 +20,12 @@ from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.memory import MemorySink
 from cua_stream.events import SummaryEvent, TurnEvent, VersionSpan
 from cua_stream.gateway.app import create_app
+from cua_stream.gateway.drain import DrainGate
 from cua_stream.gateway.engine_client import EngineReply, JsonIds, JsonStrings
 from cua_stream.gateway.rendering import Renderer
 from cua_stream.gateway.service import Gateway
 from cua_stream.topics import SUMMARIES, TURNS, TopicSpec
+from tests.conftest import wait_until
 
 TEMPERATURE = 0.8
 
@@ -212,6 +214,17 @@ async def h(renderer: Renderer, tmp_path: Path) -> AsyncIterator[Harness]:
     harness = Harness(renderer, tmp_path)
     async with harness.http:
         yield harness
+
+
+async def at_the_gate(gate: DrainGate, *, held: int = 0, drains: int = 0) -> None:
+    """Until ``held`` calls wait at ``gate`` for the resume and ``drains`` drains wait there for the calls
+    in flight (the caller bounds the wait). Read off the gate's events: the gate counts neither itself."""
+
+    async def there() -> bool:
+        resumes, idles = gate._resumed.statistics().tasks_waiting, gate._idle.statistics().tasks_waiting
+        return resumes >= held and idles >= drains
+
+    await wait_until(there, poll_s=0.01)
 
 
 def reply_of(r: httpx.Response) -> dict[str, Any]:

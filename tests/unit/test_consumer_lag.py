@@ -14,6 +14,7 @@ from consumers.trainer.metrics import TrainerMetrics
 from cua_stream.bus.lag import NAME, ConsumerLag, consumer_lag
 from cua_stream.metrics import Registry
 from producers.metrics import ProducerMetrics
+from tests.conftest import wait_until
 
 
 def test_lag_is_the_end_minus_the_position_per_partition() -> None:
@@ -68,9 +69,11 @@ async def test_the_first_sample_comes_as_soon_as_the_reader_opens_not_a_period_l
         await anyio.sleep(0.3)
         assert lag.gauge.samples() == {}  # no reader yet: nothing on the page
         reader.append(_Reader())
-        for _ in range(100):  # 5 s, not an hour: it looked again while there was none
-            if lag.gauge.samples():
-                break
-            await anyio.sleep(0.05)
+
+        async def sampled() -> bool:
+            return bool(lag.gauge.samples())
+
+        with anyio.fail_after(60):  # a minute, not the hour: it looked again while there was none
+            await wait_until(sampled, poll_s=0.05)
         tg.cancel_scope.cancel()
     assert lag.gauge.samples() == {("o", "0"): 6.0}

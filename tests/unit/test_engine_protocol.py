@@ -123,7 +123,7 @@ def test_gate_freezes_in_place_and_aborts() -> None:
     time.sleep(0.1)
     assert results == []  # frozen while paused
     gate.resume()
-    waiter.join(2)
+    waiter.join(30)  # a hang guard: it wakes within its 50 ms poll of the gate
     assert results == [True]
     epoch = gate.epoch
     gate.pause("abort")

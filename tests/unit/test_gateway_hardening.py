@@ -14,6 +14,7 @@ from cua_stream.gateway.rendering import RenderedDelta, Renderer
 from tests.unit.gateway_support import (
     TEMPERATURE,
     Harness,
+    at_the_gate,
     h,
     qwen_processor,
     renderer,
@@ -99,10 +100,11 @@ async def test_json_nested_too_deeply_is_a_400_not_a_crash(h: Harness, path: str
 
 async def test_two_drains_at_once_both_return_when_the_gateway_is_idle(h: Harness) -> None:
     sid = await h.session()
-    release = anyio.Event()
+    entered, release = anyio.Event(), anyio.Event()
     real = h.engine.generate
 
     async def slow(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
         await release.wait()
         return await real(*args, **kwargs)
 
@@ -113,13 +115,13 @@ async def test_two_drains_at_once_both_return_when_the_gateway_is_idle(h: Harnes
     async def drain() -> None:
         answers.append((await h.http.post("/admin/drain", json={"timeout_s": 30})).json())
 
-    with anyio.fail_after(5):
+    with anyio.fail_after(20):  # well under the drains' 30 s
         async with anyio.create_task_group() as tg:
             tg.start_soon(h.chat, sid, [user_turn("hi")])
-            await anyio.sleep(0.05)
+            await entered.wait()  # the call is in flight
             tg.start_soon(drain)
             tg.start_soon(drain)
-            await anyio.sleep(0.05)
+            await at_the_gate(h.gateway.gate, drains=2)  # both wait for it
             release.set()
     assert answers == [{"draining": True, "in_flight": 0, "idle": True}] * 2
 
@@ -135,7 +137,7 @@ class BlockingRenderer(Renderer):
     def render_delta(self, messages: Any, *, after_completion: Any) -> RenderedDelta:
         if sum(len(p) for m in messages for p in m.parts if isinstance(p, str)) > 100_000:
             self.entered.set()
-            assert self.release.wait(10)
+            assert self.release.wait(120)
         return super().render_delta(messages, after_completion=after_completion)
 
 
@@ -153,8 +155,8 @@ async def test_tokenizing_a_huge_message_leaves_the_event_loop_free(
             status.append((await harness.chat(sid, [user_turn("ü" * 1_000_000)])).status_code)
 
         tg.start_soon(huge)
-        await anyio.to_thread.run_sync(blocking.entered.wait, 5)
-        with anyio.fail_after(5):  # rendering on the loop would hang every route, /health included
+        assert await anyio.to_thread.run_sync(blocking.entered.wait, 60)  # rendering, in its thread
+        with anyio.fail_after(30):  # rendering on the loop would hang every route, /health included
             assert (await harness.http.get("/health")).status_code == 200
             assert (await harness.http.get(f"/sessions/{sid}")).status_code == 200
         blocking.release.set()

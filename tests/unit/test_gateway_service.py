@@ -18,6 +18,7 @@ from cua_stream.gateway.rendering import Renderer
 from tests.unit.gateway_support import (
     TEMPERATURE,
     Harness,
+    at_the_gate,
     chain,
     h,
     qwen_processor,
@@ -200,10 +201,11 @@ async def test_a_record_that_cannot_be_published_is_not_acknowledged(h: Harness)
 
 async def test_drain_refuses_new_calls_waits_for_in_flight_and_resume_reopens(h: Harness) -> None:
     sid = await h.session()
-    release = anyio.Event()
+    entered, release = anyio.Event(), anyio.Event()
     original = h.engine.generate
 
     async def slow_generate(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
         await release.wait()
         return await original(*args, **kwargs)
 
@@ -215,7 +217,7 @@ async def test_drain_refuses_new_calls_waits_for_in_flight_and_resume_reopens(h:
             statuses.append((await h.chat(sid, [user_turn("slow")])).status_code)
 
         tg.start_soon(in_flight_call)
-        await anyio.sleep(0.05)
+        await entered.wait()  # the call is at the engine
         short = (await h.http.post("/admin/drain", json={"timeout_s": 0.05})).json()
         assert short == {"draining": True, "in_flight": 1, "idle": False}
         r = await h.chat(sid, [user_turn("new")])
@@ -343,7 +345,8 @@ async def test_with_a_drain_hold_a_call_waits_for_the_resume_instead_of_failing(
             statuses.append((await h.chat(sid, [user_turn("during the update")])).status_code)
 
         tg.start_soon(held_call)
-        await anyio.sleep(0.1)
+        with anyio.fail_after(30):
+            await at_the_gate(h.gateway.gate, held=1)
         assert statuses == [] and h.engine.calls == []  # held, not sent to the old weights
         await h.http.post("/admin/resume")
     assert statuses == [200] and len(h.turns()) == 1

@@ -421,7 +421,9 @@ async def test_a_producer_limited_to_its_runs_leaves_a_stopped_runs_work_and_the
     base = ProducerConfig(gateway_url=keyed_gateway, gateway_api_key=Secret(ADMIN_KEY), environment="scripted",
                           max_turns=1, concurrency=2, bus=bus_config, runs=["mine"])  # fmt: skip
     lanes = {lane: Producer(msgspec.structs.replace(base, lane=lane)) for lane in ("train", "eval")}
-    await run_lanes(lanes, bus_config, until=3, through=5)  # the stopped run's work decided too
+    await run_lanes(
+        lanes, bus_config, until=3, through={"train": 4, "eval": 1}
+    )  # the stopped run's decided too
     got = sorted(o.episode_id for o in await outcomes(bus_config))
     assert got == sorted(w.episode_id for w in mine + mine_eval)  # the stopped run's: none
     for lane, p in lanes.items():

@@ -234,6 +234,7 @@ POLICY: dict[type[CuaError], Action] = {
     BlobCorrupted: Action.CRASH,
     BlobStoreUnavailable: Action.CRASH,
     BrokerError: Action.CRASH,
+    PortInUse: Action.CRASH,  # a chaos restart waits for its port (chaos.runner); anywhere else: exit naming it
     BusUnavailable: Action.RETRY,
     BusRefused: Action.CRASH,
     TopicMissing: Action.CRASH,

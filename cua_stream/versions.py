@@ -22,3 +22,14 @@ def staleness(latest: int, version: int) -> int:
 def too_stale(latest: int, version: int, bound: int | None) -> bool:
     """Whether ``version`` lags ``latest`` by more than ``bound`` versions (None: no bound)."""
     return bound is not None and staleness(latest, version) > bound
+
+
+MAX_VERSION = 2**31 - 1
+"""The newest version a record may carry: the trainer holds each token's version as an int32 (a run would
+need a step a second for 68 years to reach it). A version beyond it, or below 0, is not one the trainer
+published: the record carrying it is dead-lettered (``consumers.trainer.checks``)."""
+
+
+def is_version(version: int) -> bool:
+    """Whether ``version`` is one a trainer can have published (0, the start model, to ``MAX_VERSION``)."""
+    return 0 <= version <= MAX_VERSION

@@ -30,6 +30,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from consumers.trainer.checks import Check
 from cua_stream.errors import ReplayDiverged
 from cua_stream.events import Discard, Reward
 from cua_stream.versions import too_stale
@@ -49,8 +50,16 @@ class DropReason(enum.StrEnum):
     INVALID_RECORDS = "invalid_records"
     """An episode's records break what training relies on (a call tree with a cycle or an unknown
     parent, version spans that do not cover a completion, a token id outside the vocabulary, image pads
-    that do not match the images, a missing image, a reward that is not a finite number); the detail
-    says which, and the records at fault are dead-lettered."""
+    that do not match the images, a screenshot the step cannot take, a reward that is not a finite
+    number within ``MAX_REWARD``: ``checks.Check``); the detail starts with the check's name and says
+    which records, and the records at fault are dead-lettered."""
+
+
+MAX_REWARD = 1e9
+"""The largest reward magnitude trained. A verifier's rewards are scores, points or counts; one beyond
+this is taken for a broken verifier. Below it the group's mean and deviation stay exact in float64, and
+the step's float32 loss and gradients finite under Dr. GRPO too (``std_normalize=False``), whose
+advantages are on the rewards' own scale."""
 
 
 @dataclass(frozen=True)
@@ -131,8 +140,11 @@ def decide(
         if not timed_out:
             return None
         return drop(DropReason.TIMEOUT, f"{len(episodes)} of {policy.group_size} episodes finished in time")
-    if bad := non_finite_rewards(episodes):  # the scorer never writes one; another writer may
-        return drop(DropReason.INVALID_RECORDS, f"the reward of {', '.join(bad)} is not a finite number")
+    if bad := invalid_rewards(episodes):  # the scorer never writes one; another writer may
+        return drop(
+            DropReason.INVALID_RECORDS,
+            f"{Check.REWARD}: the reward of {', '.join(bad)} is not a finite number within ±{MAX_REWARD:g}",
+        )
     discards = [e for e in episodes if isinstance(e.verdict, Discard)]
     kept = [e for e in episodes if isinstance(e.verdict, Reward)]
     if discards and policy.on_discard == "drop_group":
@@ -165,10 +177,13 @@ def decide(
     )
 
 
-def non_finite_rewards(episodes: Iterable[EpisodeResult]) -> list[str]:
-    """The episodes whose reward is NaN or infinite (one would make every advantage of its group NaN)."""
+def invalid_rewards(episodes: Iterable[EpisodeResult]) -> list[str]:
+    """The episodes whose reward is NaN, infinite (either makes every advantage of its group NaN) or
+    beyond ``MAX_REWARD`` (1.7e308 in every episode overflowed the group's mean)."""
     return sorted(
-        e.episode_id for e in episodes if isinstance(e.verdict, Reward) and not math.isfinite(e.verdict.value)
+        e.episode_id
+        for e in episodes
+        if isinstance(e.verdict, Reward) and not abs(e.verdict.value) <= MAX_REWARD  # NaN fails it too
     )
 
 

@@ -1,7 +1,8 @@
 """A complete group judged: its samples and its decision (``samples`` + ``grpo``, pure), plus what needs
-I/O around them: the screenshots the samples point at must be in the blob store, and a group whose records
-break what training relies on is dropped (``invalid_records``) with the records at fault, read back from
-the log as dead letters, never a crash of the trainer (one such record had stopped it at every restart)."""
+I/O around them: the screenshots the samples point at must be ones the step can take, as recorded, and a
+group whose records break what training relies on (``checks``) is dropped (``invalid_records``, the
+detail led by the check's name) with the records at fault, read back from the log as dead letters, never
+a crash of the trainer (one such record had stopped it at every restart)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 
 import anyio.to_thread
 
+from consumers.trainer.checks import Check, Vocabulary, image_fault, pad_fault, sampled_fault
 from consumers.trainer.grpo import (
     DropReason,
     EpisodeResult,
@@ -17,17 +19,18 @@ from consumers.trainer.grpo import (
     GroupPolicy,
     decide,
     drop,
-    non_finite_rewards,
+    invalid_rewards,
 )
+from consumers.trainer.images import stored_image
 from consumers.trainer.join import Coordinates, GroupState
-from consumers.trainer.samples import CallTreeError, Sample, Vocabulary, assemble, oldest_trained_version
+from consumers.trainer.samples import CallTreeError, Sample, assemble, oldest_trained_version
 from consumers.trainer.stale_mask import newest_trained_version
 from cua_stream.blobs import BlobStore
 from cua_stream.bus.codec import dead_letter
 from cua_stream.bus.consumer import handler_action
 from cua_stream.bus.reader import read_record
 from cua_stream.config import BusConfig
-from cua_stream.errors import Action, UntrainableRecord
+from cua_stream.errors import Action, BlobStoreUnavailable, CuaError, UntrainableRecord
 from cua_stream.events import CallRecord, DeadLetter, Event, encode, headers_for
 
 log = logging.getLogger(__name__)
@@ -59,7 +62,12 @@ async def judge(
 ) -> Judgement:
     """The group's decision and samples, or its drop as ``invalid_records`` with the records at fault."""
     try:
-        return await _assess(group, policy, version, max_seq_len, vocab, blobs)
+        judgement, scored_calls = assess(
+            group, policy=policy, version=version, max_seq_len=max_seq_len, vocab=vocab
+        )
+        if not judgement.faults:
+            await check_images(scored_calls, blobs, vocab)
+        return judgement
     except CallTreeError as e:
         where = {c: at for episode in group.episodes.values() for c, at in episode.where.items()}
         faults = [Fault(where[c], str(e)) for c in e.call_ids if c in where]
@@ -71,27 +79,13 @@ async def judge(
         return Judgement(drop(DropReason.INVALID_RECORDS, f"{type(e).__name__}: {e}"))
 
 
-async def _assess(
-    group: GroupState,
-    policy: GroupPolicy,
-    version: int,
-    max_seq_len: int,
-    vocab: Vocabulary,
-    blobs: BlobStore,
-) -> Judgement:
-    judgement, scored_calls = assess(
-        group, policy=policy, version=version, max_seq_len=max_seq_len, vocab=vocab
-    )
-    await _check_images(scored_calls, blobs)
-    return judgement
-
-
 def assess(
     group: GroupState, *, policy: GroupPolicy, version: int, max_seq_len: int, vocab: Vocabulary | None
 ) -> tuple[Judgement, list[CallRecord]]:
     """The pure part of ``judge``: the group's samples (each episode's scored attempt) and its decision,
-    with the calls that were assembled (their screenshots must be in the blob store); CallTreeError if
-    the records break assembly. ``cua-stream inspect`` rebuilds a trained step with it."""
+    with the calls that were assembled (their screenshots are checked next); CallTreeError if the
+    records break assembly or a check, a drop with the score records at fault if a reward does.
+    ``cua-stream inspect`` rebuilds a trained step with it."""
     results: list[EpisodeResult] = []
     samples: dict[str, tuple[Sample, ...]] = {}
     scored_calls: list[CallRecord] = []
@@ -100,6 +94,9 @@ def assess(
             continue
         calls = [c for c in episode.calls if c.attempt == episode.score.attempt]  # the scored attempt's
         samples[episode_id] = assemble(calls, max_seq_len=max_seq_len, vocab=vocab).samples
+        for call in calls:
+            if found := sampled_fault(call):
+                raise CallTreeError(f"call {call.call_id}: {found[1]}", [call.call_id], found[0])
         scored_calls += calls
         oldest = oldest_trained_version(samples[episode_id])
         newest = newest_trained_version(samples[episode_id])
@@ -113,7 +110,7 @@ def assess(
         )
     decision = decide(results, policy, trainer_version=version)
     assert decision is not None  # the group is complete
-    if bad := non_finite_rewards(results):
+    if bad := invalid_rewards(results):
         faults = [Fault(at, decision.detail) for e in bad if (at := group.episodes[e].score_at)]
         return Judgement(decision, samples, faults), scored_calls
     if decision.train and not any(samples[e] for e in decision.advantages):
@@ -121,17 +118,34 @@ def assess(
     return Judgement(decision, samples), scored_calls
 
 
-async def _check_images(calls: list[CallRecord], blobs: BlobStore) -> None:
-    """CallTreeError naming a call whose screenshot is not in the blob store (the step would fail on
-    it, and again after every restart). One worker-thread trip for the whole group."""
-    first: dict[str, str] = {}
+async def check_images(calls: list[CallRecord], blobs: BlobStore, vocab: Vocabulary) -> None:
+    """CallTreeError naming the calls whose screenshot the step could not take or that record it wrong
+    (``images.stored_image``, ``checks.image_fault``), or whose image pads do not stand for the stored
+    images (a grid the gateway did not record is checked here). Each screenshot read once, in one
+    worker-thread trip for the whole group."""
+    users: dict[str, list[str]] = {}
     for call in calls:
         for ref in call.images:
-            first.setdefault(ref.sha256, call.call_id)
-    missing = await anyio.to_thread.run_sync(lambda: [h for h in first if not blobs.exists(h)])
-    if missing:
-        call_id = first[missing[0]]
-        raise CallTreeError(f"call {call_id}: image {missing[0]} is not in the blob store", [call_id])
+            if call.call_id not in (seen := users.setdefault(ref.sha256, [])):
+                seen.append(call.call_id)
+    try:
+        stored = await anyio.to_thread.run_sync(lambda: {h: stored_image(h, blobs) for h in users})
+    except CuaError:
+        raise
+    except Exception as e:  # not the image's: the store's (S3 down, a disk error), which a restart retries
+        raise BlobStoreUnavailable(f"reading screenshots: {type(e).__name__}: {e}") from e
+    for call in calls:
+        for ref in call.images:
+            if found := image_fault(ref, stored[ref.sha256], vocab.images):
+                check, fault = found
+                at_fault = users[ref.sha256] if check is Check.IMAGE else [call.call_id]
+                raise CallTreeError(f"call {call.call_id}: {fault}", at_fault, check)
+    for call in calls:
+        if any(ref.grid_thw is None for ref in call.images):
+            sizes = [stored[ref.sha256] for ref in call.images]
+            grids = [vocab.images.grid_of(height, width) for width, height in sizes]  # type: ignore[misc]
+            if fault := pad_fault(call, grids, vocab):
+                raise CallTreeError(f"call {call.call_id}: {fault}", [call.call_id], Check.IMAGE_PADS)
 
 
 async def dead_letter_for(bus: BusConfig, fault: Fault, group: GroupState) -> DeadLetter:

@@ -19,13 +19,14 @@ from typing import IO, Any
 
 import torch
 
+from consumers.trainer.checks import Vocabulary
 from consumers.trainer.grpo import carries_signal
 from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats
-from consumers.trainer.samples import Vocabulary
 from consumers.trainer.torch_backend import StepStats, TrainItem, loss_mask
 from cua_stream.blobs import BlobStore
 from cua_stream.config import child_env, environ
+from cua_stream.image_grid import ImageGeometry
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = ROOT / "scripts/megatron_vl_worker.py"
@@ -152,7 +153,7 @@ class MegatronVLBackend:
         return Vocabulary(
             size=self.vocab_size,
             image_token_id=self.image_token_id,
-            merge_size=int(self.processor.image_processor.merge_size),
+            images=ImageGeometry.of(self.processor.image_processor),
         )
 
     def set_lr(self, lr: float) -> None:

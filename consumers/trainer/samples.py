@@ -31,35 +31,27 @@ context it saw. Every sample of an episode shares the episode's reward (applied 
 from __future__ import annotations
 
 import array
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from cua_stream.events import CallKind, CallRecord, ImageRef, Logprobs, TokenIds, VersionSpan
+from consumers.trainer.checks import Check, Vocabulary, call_fault
+from cua_stream.events import CallKind, CallRecord, ImageRef, Logprobs, TokenIds
 
 NO_VERSION = -1
 """Weight version of a token the policy did not sample (prompt, observation, template glue)."""
 
 
 class CallTreeError(ValueError):
-    """The records break what assembly relies on: they do not form a call tree (a parent is missing, a
-    call repeats, parents form a cycle), or a call is inconsistent in itself (lengths disagree, version
-    spans do not cover its completion, a token id or logprob that cannot be). ``call_ids``: the calls at
-    fault (their records are dead-lettered)."""
+    """The records break what assembly (or the step) relies on: they do not form a call tree (a parent
+    is missing, a call repeats, parents form a cycle), or a call breaks one of the ``checks`` (lengths
+    disagree, version spans do not cover its completion, a token id or logprob that cannot be, a
+    screenshot the step cannot take). ``call_ids``: the calls at fault (their records are
+    dead-lettered); ``check``: the check they broke (the message starts with its name)."""
 
-    def __init__(self, message: str, call_ids: Sequence[str] = ()) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, call_ids: Sequence[str] = (), check: Check = Check.CALL_TREE) -> None:
+        super().__init__(f"{check}: {message}")
         self.call_ids = tuple(call_ids)
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    """What a sample must agree with in the model that trains it."""
-
-    size: int
-    image_token_id: int
-    merge_size: int
-    """Patches merged per side into one image token (Qwen-VL: 2, so a grid row's t*h*w / 4 pads)."""
+        self.check = check
 
 
 @dataclass(frozen=True)
@@ -158,55 +150,11 @@ def assemble(
 
 
 def check_call(call: CallRecord, vocab: Vocabulary | None = None) -> None:
-    """CallTreeError unless ``call`` is consistent in itself: one finite logprob per completion id, no
-    negative token id, and version spans that tile its completion exactly (or none: one version for the
-    call). A span starting at -1 had crashed the trainer at every restart. With ``vocab``, also what the
-    model needs: token ids in its vocabulary, and image pads only in the prompt, as many as its images'
-    recorded grids make (a shifted or missing pad pairs pixels with the wrong tokens)."""
-    fault = _fault(call) or (_vocabulary_fault(call, vocab) if vocab is not None else None)
-    if fault:
-        raise CallTreeError(f"call {call.call_id}: {fault}", [call.call_id])
-
-
-def _fault(call: CallRecord) -> str | None:
-    n = len(call.completion_ids)
-    if len(call.completion_logprobs) != n:
-        return f"{len(call.completion_logprobs)} logprobs for {n} completion ids"
-    if not all(map(math.isfinite, call.completion_logprobs)):
-        return "a logprob is not a finite number"
-    if min(call.prompt_ids, default=0) < 0 or min(call.completion_ids, default=0) < 0:
-        return "a negative token id"
-    if call.weight_versions and not _tiles(call.weight_versions, n):
-        spans = ", ".join(f"[{s.start}, {s.end})" for s in call.weight_versions[:8])
-        return f"version spans {spans} do not cover its {n} completion tokens exactly"
-    return None
-
-
-def _vocabulary_fault(call: CallRecord, vocab: Vocabulary) -> str | None:
-    top = max(max(call.prompt_ids, default=0), max(call.completion_ids, default=0))
-    if top >= vocab.size:
-        return f"token id {top} is outside the vocabulary of {vocab.size}"
-    if vocab.image_token_id in call.completion_ids:
-        return "an image pad among the completion tokens"
-    grids = [ref.grid_thw for ref in call.images]
-    if all(g is not None for g in grids):
-        want = sum(t * h * w for t, h, w in grids) // vocab.merge_size**2  # type: ignore[misc]
-        have = call.prompt_ids.count(vocab.image_token_id)
-        if have != want:
-            return f"{have} image pads for {len(grids)} image(s) whose grids make {want}"
-    return None
-
-
-def _tiles(spans: Sequence[VersionSpan], n: int) -> bool:
-    """``spans`` cover [0, n) in order, each non-empty (a lone [0, 0) for an empty completion)."""
-    if n == 0:
-        return all(s.start == s.end == 0 for s in spans)
-    at = 0
-    for span in spans:
-        if span.start != at or span.end <= span.start:
-            return False
-        at = span.end
-    return at == n
+    """CallTreeError unless ``call`` is consistent in itself (``checks.call_fault``; with ``vocab``, also
+    what the model needs)."""
+    if found := call_fault(call, vocab):
+        check, fault = found
+        raise CallTreeError(f"call {call.call_id}: {fault}", [call.call_id], check)
 
 
 def _check_acyclic(by_id: dict[str, CallRecord]) -> None:

@@ -16,13 +16,15 @@ from typing import Any
 
 import torch
 
+from consumers.trainer.checks import Vocabulary
 from consumers.trainer.grpo import carries_signal
 from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats, policy_loss
-from consumers.trainer.samples import Sample, Vocabulary
+from consumers.trainer.samples import Sample
 from consumers.trainer.sft import sft_loss
 from cua_stream.blobs import BlobStore
 from cua_stream.engine.forward import prompt_position_ids, token_logprobs
+from cua_stream.image_grid import ImageGeometry
 
 
 def loss_mask(sample: Sample) -> torch.Tensor:
@@ -125,7 +127,7 @@ class TorchBackend:
         return Vocabulary(
             size=int(self.model.config.text_config.vocab_size),
             image_token_id=self.image_token_id,
-            merge_size=int(self.processor.image_processor.merge_size),
+            images=ImageGeometry.of(self.processor.image_processor),
         )
 
     def set_lr(self, lr: float) -> None:

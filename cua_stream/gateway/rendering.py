@@ -30,6 +30,7 @@ from cua_stream.gateway import template as chat_template
 from cua_stream.gateway.fast_encoder import FastEncoder
 from cua_stream.gateway.messages import ImagePart, Message
 from cua_stream.gateway.refusal import bad_request
+from cua_stream.image_grid import ImageGeometry
 from cua_stream.images import check_pixels, sniff_mime
 
 
@@ -77,16 +78,8 @@ class Renderer:
         self.image_processor = image_processor
         ids = tokenizer.convert_tokens_to_ids(["<|im_end|>", "<|image_pad|>"])
         self.im_end_id, self.image_pad_id = int(ids[0]), int(ids[1])
-        self.patch_size = int(image_processor.patch_size)
-        self.merge_size = int(image_processor.merge_size)
-        size = image_processor.size
-        self.min_pixels = int(_size_field(size, "shortest_edge", "min_pixels"))
-        self.max_pixels = int(_size_field(size, "longest_edge", "max_pixels"))
+        self.geometry = ImageGeometry.of(image_processor)
         self.special_ids = frozenset(int(i) for i in tokenizer.all_special_ids)
-        # The processor's own resize arithmetic (imported once: the lazy module lookup is slow).
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
-
-        self._smart_resize = smart_resize
 
     @classmethod
     def from_pretrained(cls, path: str, template_source: str | None = None) -> Renderer:
@@ -100,11 +93,7 @@ class Renderer:
 
     def grid_of(self, height: int, width: int) -> tuple[int, int, int]:
         """The processor's ``image_grid_thw`` row (t, h, w in patches) for an image of this size."""
-        factor = self.patch_size * self.merge_size
-        rh, rw = self._smart_resize(
-            height, width, factor, min_pixels=self.min_pixels, max_pixels=self.max_pixels
-        )
-        return 1, rh // self.patch_size, rw // self.patch_size
+        return self.geometry.grid_of(height, width)
 
     def prepare_image(self, part: ImagePart) -> PreparedImage:
         size = (
@@ -121,7 +110,7 @@ class Renderer:
             grid = self.grid_of(height, width)
         except ValueError as e:  # extreme aspect ratios
             raise bad_request(f"image_url: {e}") from None
-        return PreparedImage(part, width, height, grid, grid[0] * grid[1] * grid[2] // self.merge_size**2)
+        return PreparedImage(part, width, height, grid, self.geometry.tokens(grid))
 
     # -- text -----------------------------------------------------------------------------------------
 
@@ -206,11 +195,3 @@ def _pillow_mime(data: bytes) -> str:
             return Image.MIME.get(img.format or "", "application/octet-stream")
     except (UnidentifiedImageError, OSError) as e:
         raise bad_request(f"image_url: not a decodable image ({e})") from None
-
-
-def _size_field(size: Any, *names: str) -> int:
-    for name in names:
-        value = size.get(name) if isinstance(size, dict) else getattr(size, name, None)
-        if value:
-            return int(value)
-    raise ValueError(f"image processor size has none of {names}")

@@ -9,15 +9,15 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
+from consumers.trainer.checks import Vocabulary
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from consumers.trainer.join import Join
-from consumers.trainer.samples import Vocabulary
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Reward, ScoreEvent
 from tests.unit.gateway_support import Harness, qwen_processor, renderer, user_turn
-from tests.unit.test_trainer_samples import call
+from tests.unit.test_trainer_samples import GEOMETRY, call
 
 __all__ = ["qwen_processor", "renderer"]  # fixtures
 
@@ -29,7 +29,7 @@ async def test_the_trainer_trains_the_scored_attempts_calls_only(tmp_path: Path)
     trainer = Trainer(config)
     # what the decision reads of the backend: its vocabulary and blob store
     trainer.backend = SimpleNamespace(  # type: ignore[assignment]
-        vocabulary=lambda: Vocabulary(size=1000, image_token_id=999, merge_size=2),
+        vocabulary=lambda: Vocabulary(size=1000, image_token_id=999, images=GEOMETRY),
         blobs=LocalBlobStore(tmp_path / "blobs"),
     )
     join = Join("r", group_size=1, call_topics=["t"])

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from consumers.trainer.grpo import (
+    MAX_REWARD,
     DropReason,
     EpisodeResult,
     GroupPolicy,
@@ -74,13 +75,25 @@ def test_a_group_waits_for_all_its_episodes_then_times_out_with_a_reason() -> No
     assert timed_out is not None and timed_out.reason is DropReason.TIMEOUT and "2 of 3" in timed_out.detail
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-def test_a_reward_that_is_not_a_finite_number_drops_the_group_as_invalid(value: float) -> None:
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, 1.7e308, -1e10, MAX_REWARD * 1.01])
+def test_a_reward_that_is_not_a_finite_number_within_bounds_drops_the_group_as_invalid(value: float) -> None:
     # The scorer turns a NaN from a verifier into 0 (invalid_reward); a score written by anyone else
-    # reaches the trainer as it is: before, advantages() raised and the trainer crash-looped on it.
+    # reaches the trainer as it is: before, advantages() raised and the trainer crash-looped on it, and
+    # 1.7e308 overflowed the group's mean (a bare OverflowError as the drop's detail)
     decision = decide([ep(0, 1.0), ep(1, value), ep(2, 0.0)], GroupPolicy(group_size=3), trainer_version=5)
-    assert decision is not None and decision.reason is DropReason.INVALID_RECORDS
-    assert decision.detail == "the reward of e1 is not a finite number" and not decision.train
+    assert decision is not None and decision.reason is DropReason.INVALID_RECORDS and not decision.train
+    assert decision.detail == "reward: the reward of e1 is not a finite number within ±1e+09"
+
+
+def test_rewards_at_the_bound_train_and_their_advantages_are_finite() -> None:
+    for policy in (GroupPolicy(group_size=2), GroupPolicy(group_size=2, std_normalize=False)):
+        decision = decide([ep(0, MAX_REWARD), ep(1, -MAX_REWARD)], policy, trainer_version=5)
+        assert decision is not None and decision.train
+        assert all(math.isfinite(a) for a in decision.advantages.values())
+    every = decide([ep(0, 1.7e308), ep(1, 1.7e308)], GroupPolicy(group_size=2), trainer_version=5)
+    assert every is not None and every.detail.endswith(
+        "the reward of e0, e1 is not a finite number within ±1e+09"
+    )
 
 
 def test_a_discard_drops_the_whole_group_by_default() -> None:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from consumers.trainer.checks import Vocabulary
 from consumers.trainer.samples import (
     NO_VERSION,
     CallTreeError,
-    Vocabulary,
     assemble,
     completion_versions,
     oldest_trained_version,
@@ -24,6 +24,10 @@ from cua_stream.events import (
     TurnEvent,
     VersionSpan,
 )
+from cua_stream.image_grid import ImageGeometry
+
+GEOMETRY = ImageGeometry(patch_size=14, merge_size=2, min_pixels=28 * 28, max_pixels=28 * 28 * 1280)
+"""Qwen2-VL's patches, with a floor low enough for the small images of these tests."""
 
 
 def call(
@@ -244,7 +248,7 @@ def test_inconsistent_calls_are_errors_naming_the_call() -> None:
 
 
 def test_with_a_vocabulary_ids_and_image_pads_must_fit_the_model() -> None:
-    vocab = Vocabulary(size=100, image_token_id=99, merge_size=2)
+    vocab = Vocabulary(size=100, image_token_id=99, images=GEOMETRY)
     img = ImageRef(sha256="a" * 64, size=1, width=56, height=28, grid_thw=(1, 2, 4))  # 8 patches: 2 pads
     ok = call(0, None, [1, 99, 99, 2], [10], images=(img,))
     assert assemble([ok], vocab=vocab).samples

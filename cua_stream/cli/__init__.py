@@ -8,6 +8,7 @@ import logging
 import sys
 
 import typer
+from typer._click import exceptions as clicks  # typer 0.29 vendors click: its errors are these
 
 from cua_stream.config import apply_offline_defaults, log_level
 
@@ -76,4 +77,25 @@ def main() -> None:
     logging.getLogger("aiokafka").setLevel(max(log_level(), logging.CRITICAL))
     apply_offline_defaults()  # before any command imports Harbor (and with it LiteLLM)
     _register(sys.argv[1:])
-    app()
+    sys.exit(_run())
+
+
+def _run() -> int:
+    """The command's exit code. A usage error (a bad option or value) is one line on stderr and exit 2,
+    as the commands' own errors are (``friendly_errors``), not click's boxed usage screen: a script or
+    a log reads it in one line."""
+    try:
+        code = app(standalone_mode=False)
+    except clicks.NoArgsIsHelpError as error:  # the help was printed: nothing to add
+        return error.exit_code
+    except clicks.UsageError as error:
+        where = error.ctx.command_path if error.ctx else "cua-stream"
+        print(f"error: {where}: {error.format_message()} (see {where} --help)", file=sys.stderr)
+        return error.exit_code
+    except clicks.ClickException as error:  # click's other errors (a file option it could not open)
+        print(f"error: {error.format_message()}", file=sys.stderr)
+        return error.exit_code
+    except typer.Abort:  # end of input at a prompt, as click's standalone mode says it
+        print("Aborted!", file=sys.stderr)
+        return 1
+    return code if isinstance(code, int) else 0

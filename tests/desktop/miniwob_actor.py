@@ -19,21 +19,30 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import anyio
 import numpy as np
+import pytest
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from cua_stream.binding.coordinates import GRID_MAX
+from cua_stream.config import Secret
+from cua_stream.events import OutcomeEvent, TaskRef, WorkRequest
 from cua_stream.tasks.miniwob.package import installed
 from cua_stream.tasks.miniwob.site import Episode, handler
 from cua_stream.tasks.miniwob.wrapper import ZOOM
 from cua_stream.tasks.policies import progress, reply_text
 from cua_stream.tasks.policy_server import chat_messages, latest_screenshot
-from tests.conftest import wait_until
+from producers.config import ProducerConfig
+from producers.episode import EpisodeRun
+from producers.trial import TrialRunner
+from tests.conftest import free_port, wait_until
 from tests.integration.browser import Page
+from tests.integration.gateway_servers import serving
 
 PLAN = """(function (task, ZOOM) {
   var f = document.getElementById("task"), d = f.contentDocument, w = f.contentWindow;
@@ -245,3 +254,47 @@ def actor_app(plans: Mapping[tuple[str, int], list[dict[str, Any]]], desktop: tu
         })  # fmt: skip
 
     return app
+
+
+def episode(port: int, name: str, seed: int, path: Path | None = None) -> EpisodeRun:
+    task = TaskRef(name=f"miniwob/{name}", path=str(path) if path else None)
+    work = WorkRequest(
+        run_id="miniwob", group_id=f"g-{name}", episode_id=f"{name}-{seed}", task=task,
+        sample_index=0, group_size=1, policy_version=0, created_at=time.time(),
+    )  # fmt: skip
+    return EpisodeRun(
+        work=work, attempt=1, seed=seed, session_url=f"http://127.0.0.1:{port}/actor/{name}/{seed}/v1",
+        session_key=Secret("actor-key"), context_length=32768,
+    )  # fmt: skip
+
+
+async def play(
+    plans: dict[tuple[str, int], list[dict[str, Any]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    desktop: tuple[int, int],
+    paths: dict[str, Path] | None = None,
+    environment: str = "local-desktop",
+) -> tuple[dict[str, OutcomeEvent], dict[tuple[str, int], Seen]]:
+    """One Harbor trial per plan in ``environment``, three at a time (a task by name, exported on demand
+    by the producer, or from ``paths``); the outcomes by task, and where the actor saw each frame."""
+    monkeypatch.setenv("CUA_CACHE_DIR", str(tmp_path / "cache"))  # the producer's on-demand export lands here
+    seen: dict[tuple[str, int], Seen] = {}
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(actor_app(plans, desktop, seen), port=port, log_level="warning"))
+    config = ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=8, environment=environment,
+                            desktop_width=desktop[0], desktop_height=desktop[1])  # fmt: skip
+    runner = TrialRunner(config)
+    outcomes: dict[str, OutcomeEvent] = {}
+    limit = anyio.CapacityLimiter(3)
+
+    async def one(name: str, seed: int) -> None:
+        async with limit:
+            run = episode(port, name, seed, (paths or {}).get(name))
+            outcomes[name] = (await runner.run(run)).outcome
+
+    with serving(server), anyio.fail_after(600):
+        async with anyio.create_task_group() as tg:
+            for name, seed in plans:
+                tg.start_soon(one, name, seed)
+    return outcomes, seen

@@ -322,3 +322,22 @@ def test_a_bad_task_name_is_one_line_with_the_closest_names_and_exit_2() -> None
     assert code == 2 and "the scripted oracle demonstrates only the bundled tasks" in said
     code, said = cli("tasks", "export", "webshop", "/tmp")
     assert code == 2 and "unknown suite 'webshop'; known: miniwob" in said
+
+
+def test_an_episode_of_another_version_is_refused_where_it_runs(tmp_path: Path) -> None:
+    from cua_stream.events import TaskRef
+    from cua_stream.tasks.miniwob.site import episode_handler
+    from producers.trial import task_path
+
+    have = package.installed().version
+    with pytest.raises(
+        TaskVersionMismatch, match=f"exported from MiniWoB.. 0.9, but {have} is installed here"
+    ):
+        episode_handler("miniwob/click-test", 1, "0.9")  # the page server, in the episode
+    with pytest.raises(UnknownTask, match="has no page 'no-such-task'"):
+        episode_handler("miniwob/no-such-task", 1, have)
+    assert episode_handler("miniwob/click-test", 1, have) is not None
+    (task,) = [t for t in installed_suite().tasks if t.name == "click-test"]
+    export(Suite("0.9", (task,), ()), tmp_path, {"click-test": 1.0})
+    with pytest.raises(TaskVersionMismatch, match="0.9"):  # the producer, before any trial
+        task_path(TaskRef(name="miniwob/click-test", path=str(tmp_path / "click-test")))

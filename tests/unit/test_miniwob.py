@@ -341,3 +341,11 @@ def test_an_episode_of_another_version_is_refused_where_it_runs(tmp_path: Path) 
     export(Suite("0.9", (task,), ()), tmp_path, {"click-test": 1.0})
     with pytest.raises(TaskVersionMismatch, match="0.9"):  # the producer, before any trial
         task_path(TaskRef(name="miniwob/click-test", path=str(tmp_path / "click-test")))
+
+
+def test_the_docs_list_every_page_left_out() -> None:
+    docs = (Path(__file__).parents[2] / "docs" / "miniwob.md").read_text()
+    table = docs.partition("| Page | Why it is left out |")[2].partition("\n\n")[0]
+    for name in LEFT_OUT:
+        assert f"| {name} |" in table, name
+    assert "flight.AA, flight.Alaska, flight.Alaska-auto" in table

@@ -152,6 +152,21 @@ class TaskStartFailed(CuaError):
     it as the trial's environment-phase exception; the scorer discards the episode)."""
 
 
+class UnknownTask(CuaError, ValueError):
+    """A task name that names no task (bundled, MiniWoB++, or a task directory); the message lists the
+    closest names."""
+
+
+class MiniwobMissing(CuaError, LookupError):
+    """The MiniWoB++ package, whose pages the ``miniwob/*`` tasks serve, is not installed (or has no
+    ``html/``); the message names the setup step that installs it."""
+
+
+class TaskVersionMismatch(CuaError, ValueError):
+    """A task directory exported from another MiniWoB++ version than the one installed where it is
+    resolved or run: refused, naming both versions (its pages, and so its problems, may differ)."""
+
+
 class ReplayDiverged(CuaError):
     """A re-training (``trainer.replay_batches_from``) dropped a group its recorded step trained: it
     stops there, the drop being the difference it was run to find."""
@@ -241,6 +256,9 @@ POLICY: dict[type[CuaError], Action] = {
     NamespaceError: Action.CRASH,
     ContainerEngineError: Action.CRASH,
     TaskStartFailed: Action.CRASH,
+    UnknownTask: Action.CRASH,
+    MiniwobMissing: Action.CRASH,
+    TaskVersionMismatch: Action.CRASH,
     DaemonDidNotStart: Action.CRASH,
     UnknownTopicError: Action.CRASH,
     ReplayDiverged: Action.CRASH,

@@ -1,7 +1,7 @@
 """Admission control: a producer does not run work it must not run, or work the trainer could not train.
 
-- A task is run only from the producer's task roots (the bundled tasks, and the directories its operator
-  lists in ``producer.task_roots``): a work record names a task directory by a path on the producer's
+- A task is run only from the producer's task roots (the bundled tasks, its own export of the MiniWoB++
+  suite, and the directories its operator lists in ``producer.task_roots``): a work record names a task directory by a path on the producer's
   host, and whoever may write work must not choose what that host runs (a task's environment, setup and
   verifier are commands). The path is resolved (``..`` and symlinks) before it is compared.
 - The trainer drops a group whose oldest token lags its policy version by more than ``max_staleness``;
@@ -37,7 +37,8 @@ def admission(
 
 def task_allowed(task: TaskRef, roots: Sequence[Path]) -> bool:
     """Whether ``task`` runs from under one of ``roots`` (resolved directories). A task named without a
-    path is a bundled task by name (the runner resolves nothing else); a path must be absolute (a
+    path is a bundled or MiniWoB++ task by name (the runner resolves nothing else: the MiniWoB++ tasks
+    from its own export of the installed package); a path must be absolute (a
     relative one would mean whatever the producer's working directory holds) and, with ``..`` and every
     symlink resolved, lie under a root."""
     if not task.path:

@@ -42,7 +42,8 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     on the topic is not played by the next one's producers (a ``learn`` run played a stopped run's 80
     demonstrations before its own)."""
     task_roots: list[str] = []
-    """Directories of Harbor tasks this producer may run besides the bundled tasks (always allowed): a
+    """Directories of Harbor tasks this producer may run besides the bundled and MiniWoB++ tasks (always
+    allowed): a
     work record naming a task directory by a path that is not, with ``..`` and symlinks resolved, under
     one of them (or the bundled tasks) is answered ``not_run:task_not_allowed`` and never run. A user's
     own tasks (``trainer --tasks DIR``) are run only by producers that list their directory here (a
@@ -159,10 +160,13 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return WORK if self.lane == "train" else EVAL_WORK
 
     def task_root_paths(self) -> tuple[Path, ...]:
-        """The directories tasks may run from, symlinks resolved: the bundled tasks and ``task_roots``."""
+        """The directories tasks may run from, symlinks resolved: the bundled tasks, the MiniWoB++ suite as
+        producers export it on demand (``cua_stream.tasks.miniwob.export``) and ``task_roots``."""
         from cua_stream.tasks import BUNDLED_DIR
+        from cua_stream.tasks.miniwob.export import exported_suite_root
 
-        return tuple(Path(os.path.realpath(Path(d).expanduser())) for d in (BUNDLED_DIR, *self.task_roots))
+        roots = (BUNDLED_DIR, exported_suite_root(), *self.task_roots)
+        return tuple(Path(os.path.realpath(Path(d).expanduser())) for d in roots)
 
     def allowing(self, tasks: Iterable[TaskRef]) -> ProducerConfig:
         """This config with the task directories ``tasks`` name among its roots: the producer of a command

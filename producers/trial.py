@@ -21,12 +21,17 @@ from producers.outcome import outcome_from_trial
 
 def task_path(task: TaskRef) -> Path:
     """The task directory of ``task``: its own path, resolved as admission resolved it to check it lies
-    under a task root (``producers.admission``), else a bundled task by name."""
+    under a task root (``producers.admission``), else a bundled or MiniWoB++ task by name. A directory
+    exported from another MiniWoB++ version than this host's is refused (TaskVersionMismatch)."""
     from cua_stream.tasks import task_dir
+    from cua_stream.tasks.miniwob import is_miniwob
+    from cua_stream.tasks.miniwob.export import check_exported, exported_task_dir
 
     if task.path:
-        return Path(os.path.realpath(task.path))
-    return task_dir(task.name)
+        path = Path(os.path.realpath(task.path))
+        check_exported(path)
+        return path
+    return exported_task_dir(task.name) if is_miniwob(task.name) else task_dir(task.name)
 
 
 def follow_process_log_level() -> None:

@@ -25,6 +25,17 @@ if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
   echo "$stamp" > .venv/.cua-installed
 fi
 
+# MiniWoB++, whose pages the miniwob/* tasks serve: pinned with its hash, without its dependencies (its
+# html/ is all cua-stream uses; gymnasium and selenium are not needed), and not vendored (one of its files
+# is GPL-3.0). Stamped like the install above, so a second run does nothing.
+mw_requirements=cua_stream/tasks/miniwob/requirements.txt
+mw_stamp=$(sha256sum "$mw_requirements" | cut -d' ' -f1)
+if [ "$(cat .venv/.cua-miniwob 2>/dev/null || true)" != "$mw_stamp" ]; then
+  echo "setup: installing MiniWoB++ (pinned, hash-checked, without its dependencies)"
+  .venv/bin/python -m pip install -q --no-deps --require-hashes -r "$mw_requirements"
+  echo "$mw_stamp" > .venv/.cua-miniwob
+fi
+
 # The system packages below (desktop, container engine, Node.js) are for episodes on a screen and for the
 # tests; CUA_SETUP_PACKAGES=0 skips them (scripts/gpu-check.sh: its loop runs the scripted environment).
 apt_ok() { [ "${CUA_SETUP_PACKAGES:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }

@@ -53,6 +53,7 @@ SUBCOMMANDS: dict[str, str] = {
     "learn": "cua_stream.cli.learn:learn",
     "eval": "cua_stream.cli.eval:eval_",
     "inspect": "cua_stream.cli.inspect:app",
+    "tasks": "cua_stream.cli.tasks:app",
 }
 
 

@@ -148,15 +148,42 @@ def episode_producer(
     return producer
 
 
-def parse_tasks(tasks: str) -> list[str]:
-    """``--tasks``: comma-separated bundled task names, or ``all``."""
+def parse_tasks(tasks: str, *, hint: str = "--tasks") -> list[str]:
+    """``--tasks``: comma-separated bundled task names, or ``all``; ``miniwob`` (the MiniWoB++ suite),
+    MiniWoB++ task names and globs of them (``miniwob/click-*``)."""
+    from cua_stream.tasks import TASKS
+    from cua_stream.tasks.miniwob import SUITE, is_miniwob
+    from cua_stream.tasks.refs import expand_tasks
+
+    chosen: list[str] = []
+    for task in list(TASKS) if tasks == "all" else [t.strip() for t in tasks.split(",") if t.strip()]:
+        if task == SUITE or is_miniwob(task):
+            try:
+                chosen += expand_tasks([task])
+            except ValueError as e:
+                raise typer.BadParameter(str(e), param_hint=hint) from None
+        else:
+            chosen.append(task)
+    unknown = [t for t in chosen if t not in TASKS and not is_miniwob(t)]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown tasks {unknown}; known: {', '.join(TASKS)}, miniwob/<name>",
+                                 param_hint=hint)  # fmt: skip
+    return list(dict.fromkeys(chosen))
+
+
+def oracle_playable(tasks: list[str], hint: str) -> list[str]:
+    """``tasks``, when the scripted oracle (the teacher ``record-oracle`` and ``learn`` demonstrate with)
+    can play each; the MiniWoB++ tasks have no teacher yet."""
     from cua_stream.tasks import TASKS
 
-    chosen = list(TASKS) if tasks == "all" else [t.strip() for t in tasks.split(",") if t.strip()]
-    unknown = [t for t in chosen if t not in TASKS]
-    if unknown or not chosen:
-        raise typer.BadParameter(f"unknown tasks {unknown}; known: {', '.join(TASKS)}", param_hint="--tasks")
-    return chosen
+    unplayable = [t for t in tasks if t not in TASKS]
+    if unplayable:
+        raise typer.BadParameter(
+            f"the scripted oracle demonstrates only the bundled tasks ({', '.join(TASKS)}), not "
+            f"{', '.join(unplayable[:5])}{' ...' if len(unplayable) > 5 else ''}",
+            param_hint=hint,
+        )
+    return tasks
 
 
 @contextmanager

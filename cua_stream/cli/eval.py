@@ -54,8 +54,9 @@ def eval_(
     tasks: Annotated[
         str,
         typer.Option(
-            help="Comma-separated bundled tasks, 'all', Harbor task directories, globs of them, "
-            "or dataset directories (a directory of task directories)."
+            help="Comma-separated bundled tasks, 'all', 'miniwob' (the MiniWoB++ suite), miniwob/<name> "
+            "or a glob of names (miniwob/click-*), Harbor task directories, globs of them, or dataset "
+            "directories (a directory of task directories)."
         ),
     ] = "all",
     samples: Annotated[

@@ -22,6 +22,7 @@ from cua_stream.cli._stack import (
     Steps,
     broker_and_topics,
     engine_and_gateway,
+    oracle_playable,
     out,
     parse_tasks,
     teacher_stack,
@@ -48,7 +49,8 @@ def learn(
         str, typer.Option(help="The base policy: tiny or small (models.tiny.SIZES).")
     ] = "tiny",
     tasks: Annotated[
-        str, typer.Option(help="Comma-separated bundled tasks GRPO trains on, or 'all'.")
+        str,
+        typer.Option(help="Comma-separated tasks GRPO trains on: bundled, 'all', or miniwob/<name> (globs)."),
     ] = "click-test",
     demo_tasks: Annotated[str, typer.Option(help="Tasks demonstrated for SFT (default: --tasks).")] = "",
     demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
@@ -131,11 +133,14 @@ def learn(
     from producers.config import producer_config
 
     started = time.monotonic()
+    chosen = parse_tasks(tasks)
+    demonstrated = parse_tasks(demo_tasks, hint="--demo-tasks") if demo_tasks else chosen
+    oracle_playable(demonstrated, "--demo-tasks" if demo_tasks else "--tasks (or give --demo-tasks)")
     plan = _plan(
         seed=seed,
         model_size=model_size,
-        tasks=tuple(parse_tasks(tasks)),
-        demo_tasks=tuple(parse_tasks(demo_tasks)) if demo_tasks else (),
+        tasks=tuple(chosen),
+        demo_tasks=tuple(demonstrated if demo_tasks else ()),
         demo_seeds=demos,
         drawn_demos=drawn_demos,
         drawn_epochs=drawn_epochs,

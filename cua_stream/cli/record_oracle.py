@@ -25,6 +25,7 @@ from cua_stream.cli._stack import (
     Steps,
     broker_and_topics,
     episode_producer,
+    oracle_playable,
     out,
     parse_tasks,
     teacher_stack,
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 def record_oracle(
     seeds: Annotated[int, typer.Option(help="Layout seeds per task (one episode each).")] = 2,
     first_seed: Annotated[int, typer.Option(help="The first layout seed (seeds are consecutive).")] = 1,
-    tasks: Annotated[str, typer.Option(help="Comma-separated bundled tasks, or 'all'.")] = "all",
+    tasks: Annotated[
+        str, typer.Option(help="Comma-separated bundled tasks, or 'all' (the oracle plays those).")
+    ] = "all",
     turns: Annotated[int, typer.Option(help="computer-1's turn limit per episode.")] = 10,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
     environment: Annotated[
@@ -60,7 +63,7 @@ def record_oracle(
     from consumers.trainer.feeder import demonstration_work
     from cua_stream.demo import tiny_model_dir
 
-    chosen = parse_tasks(tasks)
+    chosen = oracle_playable(parse_tasks(tasks), "--tasks")
     if seeds < 1:
         raise typer.BadParameter("at least 1", param_hint="--seeds")
     file_data = load_file(config)

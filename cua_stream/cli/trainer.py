@@ -18,8 +18,9 @@ def trainer(
     tasks: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated tasks the feeder cycles through: bundled names, Harbor task directories, "
-            "globs of them or dataset directories (none: no feeder)."
+            help="Comma-separated tasks the feeder cycles through: bundled names, 'miniwob' (the MiniWoB++ "
+            "suite), miniwob/<name> or a glob of names, Harbor task directories, globs of them or dataset "
+            "directories (none: no feeder)."
         ),
     ] = None,
     group_size: Annotated[int | None, typer.Option(help="Episodes per GRPO group (default 4).")] = None,

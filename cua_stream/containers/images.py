@@ -2,8 +2,8 @@
 
 - ``cua-debian:bookworm``: a Debian root filesystem from ``debootstrap`` (minbase), imported;
 - ``cua-desktop:local``: FROM it, the computer-1 desktop from Debian's packages;
-- ``cua-tasks:local``: FROM the desktop, the bundled tasks' pages, ready probe and verifier, and the
-  entrypoint that brings an episode's desktop and pages up (each bundled task's ``environment/Dockerfile``
+- ``cua-tasks:local``: FROM the desktop, the bundled tasks' pages, ready probe and verifier, the installed
+  MiniWoB++ package's pages (its ``html/`` only), and the entrypoint that brings an episode's desktop and pages up (each bundled task's ``environment/Dockerfile``
   is ``FROM`` it, named by the build argument ``CUA_TASKS_IMAGE``).
 
 Each image carries a label with the hash of what it was built from (its build context, and its base
@@ -26,14 +26,17 @@ from pathlib import Path
 
 from cua_stream.config import child_env
 from cua_stream.containers.dockerd import DockerHome
-from cua_stream.errors import ContainerEngineError
+from cua_stream.errors import ContainerEngineError, MiniwobMissing
 
 LABEL = "org.cua-stream.context"
 BASE = "cua-debian:bookworm"
 DESKTOP = "cua-desktop:local"
 TASKS = "cua-tasks:local"
 MIRROR = "http://deb.debian.org/debian"
-TASK_MODULES = ("__init__", "pages", "server", "ready", "verify", "verdict")
+TASK_MODULES = (
+    "__init__", "pages", "server", "ready", "verify", "verdict",
+    "miniwob/__init__", "miniwob/package", "miniwob/site", "miniwob/wrapper", "miniwob/verdict",
+)  # fmt: skip
 """``cua_stream.tasks`` modules the tasks image carries (standard library only; Debian's Python 3.11)."""
 BUILD_TIMEOUT_S = 1800
 
@@ -97,12 +100,43 @@ def desktop_context() -> dict[str, bytes]:
 
 
 def tasks_context() -> dict[str, bytes]:
+    """The tasks image's context: ``opt/`` becomes ``/opt/cua`` (its ``PYTHONPATH``): the task modules and
+    the installed MiniWoB++ package's ``html/`` with its distribution's metadata, so the page server finds
+    it there as it does on the host (``cua_stream.tasks.miniwob.package``); none of its Python."""
     here = resources.files("cua_stream.containers").joinpath("contexts", "tasks")
     files = {name: here.joinpath(name).read_bytes() for name in ("Dockerfile", "entrypoint.sh")}
-    files["cua_stream/__init__.py"] = b""
+    files["opt/cua_stream/__init__.py"] = b""
+    files["opt/cua_stream/errors.py"] = resources.files("cua_stream").joinpath("errors.py").read_bytes()
     tasks = resources.files("cua_stream.tasks")
     for module in TASK_MODULES:
-        files[f"cua_stream/tasks/{module}.py"] = tasks.joinpath(f"{module}.py").read_bytes()
+        files[f"opt/cua_stream/tasks/{module}.py"] = tasks.joinpath(f"{module}.py").read_bytes()
+    files.update(miniwob_files())
+    return files
+
+
+def miniwob_files() -> dict[str, bytes]:
+    """The installed MiniWoB++ package's ``html/`` and distribution metadata (METADATA, its licence) under
+    ``opt/``; nothing when it is not installed (the bundled tasks need none of it; a ``miniwob/*`` task's
+    server then says how to install it)."""
+    import importlib.metadata
+
+    from cua_stream.tasks.miniwob.package import DISTRIBUTION, installed
+
+    try:
+        package = installed()
+    except MiniwobMissing:
+        return {}
+    files = {
+        f"opt/miniwob/html/{path.relative_to(package.html).as_posix()}": path.read_bytes()
+        for path in sorted(package.html.rglob("*"))
+        if path.is_file()
+    }
+    dist = importlib.metadata.distribution(DISTRIBUTION)
+    info = f"opt/miniwob-{package.version}.dist-info"
+    for rel in ("METADATA", "licenses/LICENSE"):
+        text = dist.read_text(rel)
+        if text is not None:
+            files[f"{info}/{rel}"] = text.encode()
     return files
 
 

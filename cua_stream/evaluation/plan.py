@@ -20,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cua_stream.errors import UnknownTask
 from cua_stream.events import TaskRef
 from cua_stream.tasks import TASKS
+from cua_stream.tasks.miniwob import is_miniwob
 from cua_stream.tasks.refs import expand_tasks, task_ref
 
 EVAL_SEED_BASE = 2**40
@@ -42,7 +44,8 @@ def is_eval_seed(seed: int) -> bool:
 
 
 def resolve_tasks(spec: str) -> list[TaskRef]:
-    """``--tasks``: comma-separated bundled task names, ``all`` (the bundled tasks), Harbor task
+    """``--tasks``: comma-separated bundled task names, ``all`` (the bundled tasks), ``miniwob`` (the
+    MiniWoB++ suite), MiniWoB++ task names or globs of them (``miniwob/click-*``), Harbor task
     directories, globs of them, or dataset directories (a directory of task directories). ValueError
     naming the entry that is none of these, or two tasks of one name (their groups would collide)."""
     parts = [p.strip() for p in spec.split(",") if p.strip()]
@@ -51,9 +54,10 @@ def resolve_tasks(spec: str) -> list[TaskRef]:
     names = [name for p in parts for name in (TASKS if p == "all" else [p])]
     refs = [task_ref(entry) for entry in expand_tasks(names)]
     for ref in refs:
-        if ref.path is None and ref.name not in TASKS:
-            raise ValueError(
-                f"{ref.name!r} is neither a bundled task ({', '.join(TASKS)}) nor a Harbor task directory"
+        if ref.path is None and ref.name not in TASKS and not is_miniwob(ref.name):
+            raise UnknownTask(
+                f"{ref.name!r} is neither a bundled task ({', '.join(TASKS)}), a MiniWoB++ task "
+                "(miniwob/<name>) nor a Harbor task directory"
             )
     seen: dict[str, TaskRef] = {}
     for ref in refs:

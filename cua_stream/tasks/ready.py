@@ -15,6 +15,7 @@ the interpreter starts only once the page says it drew (the probe is polled ever
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -84,14 +85,28 @@ def screen() -> bytes | None:
     return done.stdout if done.returncode == 0 and done.stdout else None
 
 
+def arm(port: int) -> None:
+    """Tell the task's server the page is on screen, so the episode has started (``--arm``: a MiniWoB++
+    task's server records a load of its page after this as the agent leaving it). Best effort: an
+    unarmed episode only keeps the harness's leniency about reloads."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/armed", data=b"", method="POST")
+    with contextlib.suppress(urllib.error.URLError, OSError):
+        urllib.request.urlopen(request, timeout=5).close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--arm", action="store_true", help="once ready, POST /armed (miniwob/* tasks)")
     args = parser.parse_args(argv)
     if not painted(args.port):
         return 1
     image = screen()
-    return 0 if image is None or shows_page(image) else 1
+    if image is not None and not shows_page(image):
+        return 1
+    if args.arm:
+        arm(args.port)
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 """The task's web server, started inside the episode's namespace (``environment/start.sh``).
 
 Serves the seed's pages and keeps what the page reports (``POST /state``) for the verifier
-(``GET /state``). ``GET /painted`` answers 200 once a page has been drawn (the page posts to it after
-its first frame), 503 before: the task's ``ready_probe``, so the agent's first screenshot shows the page
-rather than the browser mid-navigation. Standard library only: it runs on the episode's loopback, one
-per episode.
+(``GET /state``). ``GET /painted`` answers 200 once a page has been drawn (the page posts to it after its
+first frame), 503 before: the task's ``ready_probe``, so the agent's first screenshot shows the page
+rather than the browser mid-navigation. A ``miniwob/<name>`` task is served by
+``cua_stream.tasks.miniwob.site`` (the package's own page, and a stricter ``/state``). Standard library
+only: it runs on the episode's loopback, one per episode.
 """
 
 from __future__ import annotations
@@ -38,16 +39,23 @@ class TaskState:
             return list(self.events)
 
 
-def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, status: int, body: bytes, ctype: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.send_header("Cache-Control", "no-store")
-            self.end_headers()
-            self.wfile.write(body)
+class Responder(BaseHTTPRequestHandler):
+    """A quiet handler with one way to answer."""
 
+    def _send(self, status: int, body: bytes, ctype: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the episode's log is for the desktop's programs."""
+
+
+def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
+    class Handler(Responder):
         def do_GET(self) -> None:
             if self.path == "/state":
                 self._send(200, json.dumps({"events": state.snapshot()}).encode(), "application/json")
@@ -79,9 +87,6 @@ def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
                 state.add(event)
             self._send(204, b"", "text/plain")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: the episode's log is for the desktop's programs."""
-
     return Handler
 
 
@@ -90,9 +95,17 @@ def main() -> None:
     parser.add_argument("--task", required=True)
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--miniwob-version", help="miniwob/* tasks: the MiniWoB++ version the task was exported from"
+    )
     args = parser.parse_args()
-    server = ThreadingHTTPServer(("127.0.0.1", args.port), handler(layout(args.task, args.seed), TaskState()))
-    server.serve_forever()
+    if args.task.startswith("miniwob/"):
+        from cua_stream.tasks.miniwob.site import episode_handler
+
+        served = episode_handler(args.task, args.seed, args.miniwob_version)
+    else:
+        served = handler(layout(args.task, args.seed), TaskState())
+    ThreadingHTTPServer(("127.0.0.1", args.port), served).serve_forever()
 
 
 if __name__ == "__main__":

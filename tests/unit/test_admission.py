@@ -3,6 +3,7 @@ run; its reason-coded outcome is scored a discard of that reason."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import msgspec
@@ -12,6 +13,7 @@ from cua_stream.config import ConfigError
 from cua_stream.events import Discard, DiscardReason, TaskRef, WorkRequest
 from cua_stream.scoring import classify
 from cua_stream.tasks import BUNDLED_DIR
+from cua_stream.tasks.miniwob.export import exported_suite_root
 from producers.admission import admission, not_run_outcome, task_allowed, within
 from producers.config import producer_config
 
@@ -92,7 +94,8 @@ def test_a_task_outside_the_roots_is_refused_first_and_scored_a_discard(hosts: d
 
 def test_the_roots_are_the_bundled_tasks_and_the_listed_directories(hosts: dict[str, Path]) -> None:
     default = producer_config({}, {})
-    assert default.task_roots == [] and default.task_root_paths() == (BUNDLED_DIR.resolve(),)
+    miniwob = Path(os.path.realpath(exported_suite_root()))  # the producers' own export of the suite
+    assert default.task_roots == [] and default.task_root_paths() == (BUNDLED_DIR.resolve(), miniwob)
     assert task_allowed(
         TaskRef(name="click-test", path=str(BUNDLED_DIR / "click-test")), default.task_root_paths()
     )

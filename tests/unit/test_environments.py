@@ -89,15 +89,17 @@ def test_image_hashes_change_with_their_context_and_base() -> None:
     assert images.digest(files, "base-a") == images.digest(dict(files), "base-a")
     assert images.digest(files, "base-a") != images.digest(files, "base-b")
     assert images.digest(files) != images.digest({**files, "entrypoint.sh": b"changed"})
-    assert {"Dockerfile", "entrypoint.sh", "cua_stream/tasks/server.py"} <= set(files)
+    assert {"Dockerfile", "entrypoint.sh", "opt/cua_stream/tasks/server.py"} <= set(files)
     desktop = images.desktop_context()
     assert b"xdotool" in desktop["packages.txt"] and b"BrowserSignin" in desktop["chromium-policy.json"]
 
 
 def test_the_tasks_image_carries_only_standard_library_code() -> None:
-    for rel, data in images.tasks_context().items():
+    context = images.tasks_context()
+    for rel, data in context.items():
         if not rel.endswith(".py"):
             continue
+        assert rel.startswith("opt/cua_stream/"), rel  # MiniWoB++'s own Python stays out
         for node in ast.walk(ast.parse(data)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -106,7 +108,21 @@ def test_the_tasks_image_carries_only_standard_library_code() -> None:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top in ("cua_stream", "__future__"), (rel, name)
                 if top == "cua_stream":
-                    assert f"{name.replace('.', '/')}.py" in images.tasks_context(), (rel, name)
+                    module = f"opt/{name.replace('.', '/')}"
+                    assert f"{module}.py" in context or f"{module}/__init__.py" in context, (rel, name)
+
+
+def test_the_tasks_image_carries_miniwob_pages_and_version_but_none_of_its_python() -> None:
+    from cua_stream.tasks.miniwob.package import installed
+
+    package = installed()
+    context = images.tasks_context()
+    pages = {rel for rel in context if rel.startswith("opt/miniwob/")}
+    assert "opt/miniwob/html/miniwob/click-test.html" in pages and "opt/miniwob/html/core/core.js" in pages
+    assert len(pages) == sum(1 for p in package.html.rglob("*") if p.is_file())
+    assert all(rel.startswith("opt/miniwob/html/") for rel in pages)
+    metadata = context[f"opt/miniwob-{package.version}.dist-info/METADATA"].decode()
+    assert f"Version: {package.version}" in metadata
 
 
 def test_every_bundled_task_is_an_ordinary_harbor_docker_task() -> None:

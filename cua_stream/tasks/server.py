@@ -54,6 +54,18 @@ class Responder(BaseHTTPRequestHandler):
         """Quiet: the episode's log is for the desktop's programs."""
 
 
+def foreign_post(origin: str | None, host: str | None, ctype: str | None) -> int | None:
+    """The status refusing a report that the task's own page did not send, else None. The page posts
+    JSON from this server's origin; a page the agent could open itself (a ``data:`` URL, another origin)
+    has another ``Origin``, and its JSON post needs a preflight this server never grants, so the
+    verifier's events stay the task page's acts (docs/miniwob.md, security)."""
+    if origin is None or host is None or origin != f"http://{host}":
+        return 403
+    if (ctype or "").split(";")[0].strip().lower() != "application/json":
+        return 415
+    return None
+
+
 def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
     class Handler(Responder):
         def do_GET(self) -> None:
@@ -77,6 +89,12 @@ def handler(lay: Layout, state: TaskState) -> type[BaseHTTPRequestHandler]:
                 return
             if self.path != "/state" or not 0 < length <= MAX_BODY:
                 self._send(400, b"bad request", "text/plain")
+                return
+            headers = self.headers
+            if status := foreign_post(
+                headers.get("Origin"), headers.get("Host"), headers.get("Content-Type")
+            ):
+                self._send(status, b"refused", "text/plain")
                 return
             try:
                 event = json.loads(self.rfile.read(length))

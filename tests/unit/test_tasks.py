@@ -110,6 +110,31 @@ def test_the_ready_probe_fails_until_the_page_reports_its_first_frame() -> None:
         server.server_close()
 
 
+def test_the_state_takes_reports_only_from_the_task_page_itself() -> None:
+    """A page the agent opens itself (a ``data:`` URL: Origin ``null``; another origin) cannot report a
+    click to the verifier; the task page's own JSON post from the server's origin can."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler(layout("click-button", 3), TaskState()))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    own = url.removeprefix("http://")
+    forged = b'{"click": "anything"}'
+    try:
+        for headers, status in [
+            ({"Content-Type": "application/json"}, 403),  # no Origin
+            ({"Content-Type": "text/plain", "Origin": "null"}, 403),  # a data: page, no preflight needed
+            ({"Content-Type": "application/json", "Origin": "http://evil.test"}, 403),
+            ({"Content-Type": "text/plain", "Origin": f"http://{own}"}, 415),
+        ]:
+            assert httpx.post(url + "/state", content=forged, headers=headers).status_code == status, headers
+        assert httpx.get(url + "/state").json() == {"events": []}
+        page = {"Content-Type": "application/json", "Origin": f"http://{own}"}
+        assert httpx.post(url + "/state", content=forged, headers=page).status_code == 204
+        assert httpx.get(url + "/state").json() == {"events": [{"click": "anything"}]}
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def test_unknown_tasks_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="unknown bundled task 'nope'"):
         task_dir("nope")

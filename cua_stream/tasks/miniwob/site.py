@@ -42,7 +42,7 @@ from cua_stream.errors import TaskVersionMismatch, UnknownTask
 from cua_stream.tasks.miniwob import PREFIX
 from cua_stream.tasks.miniwob.package import installed
 from cua_stream.tasks.miniwob.wrapper import STATIC, ended_page, page
-from cua_stream.tasks.server import MAX_BODY, Responder, TaskState
+from cua_stream.tasks.server import MAX_BODY, Responder, TaskState, foreign_post
 
 JSON = "application/json"
 
@@ -78,10 +78,8 @@ class Episode:
             return 204
         if path not in ("/state", "/painted"):
             return 404
-        if origin is None or host is None or origin != f"http://{host}":
-            return 403
-        if ctype.split(";")[0].strip().lower() != JSON:
-            return 415
+        if refused := foreign_post(origin, host, ctype):
+            return refused
         try:
             report = json.loads(body)
         except ValueError:

@@ -43,9 +43,8 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     demonstrations before its own)."""
     task_roots: list[str] = []
     """Directories of Harbor tasks this producer may run besides the bundled and MiniWoB++ tasks (always
-    allowed): a
-    work record naming a task directory by a path that is not, with ``..`` and symlinks resolved, under
-    one of them (or the bundled tasks) is answered ``not_run:task_not_allowed`` and never run. A user's
+    allowed): a work record naming a task directory by a path that is not, with ``..`` and symlinks
+    resolved, under one of them (or the bundled tasks) is answered ``not_run:task_not_allowed`` and never run. A user's
     own tasks (``trainer --tasks DIR``) are run only by producers that list their directory here (a
     command that runs its own producer, as ``eval`` does, adds the task directories it was given)."""
     concurrency: int = 2

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import msgspec
 
 from consumers.trainer.config import TrainerConfig
+from consumers.trainer.settings import changed_settings
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.errors import ConfigError
@@ -83,17 +84,12 @@ def settings_changes(
     records: Sequence[TrainerSettings], first: int, last: int
 ) -> list[tuple[int, list[str]]]:
     """Where the run resumed with other settings within steps ``first``..``last``: each such restart's
-    first step and the fields that changed then."""
+    first step and the fields that changed then (those a retrain sets itself aside)."""
     out: list[tuple[int, list[str]]] = []
     current = settings_in_force(records, first)
     for record in records:
         if current is not None and first <= record.step < last:
-            fields = sorted(
-                k
-                for k in {*record.settings, *current.settings}
-                if record.settings.get(k) != current.settings.get(k)
-            )
-            if fields:
+            if fields := sorted(changed_settings(current.settings, record.settings)):
                 out.append((record.step + 1, fields))
             current = record
     return out

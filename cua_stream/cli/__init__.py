@@ -52,6 +52,7 @@ SUBCOMMANDS: dict[str, str] = {
     "learn": "cua_stream.cli.learn:learn",
     "eval": "cua_stream.cli.eval:eval_",
     "inspect": "cua_stream.cli.inspect:app",
+    "retrain": "cua_stream.cli.retrain:retrain",
 }
 
 

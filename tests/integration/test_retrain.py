@@ -2,27 +2,46 @@
 three groups in three steps, stopped after the first and resumed, keeping every version's weights.
 
 - Its settings are on its log: one ``TrainerSettings`` record per start, saying from which step they
-  trained, each the trainer's resolved section without its secrets."""
+  trained, each the trainer's resolved section without its secrets.
+- `cua-stream retrain` with nothing changed trains the same steps bit for bit: after every step the new
+  run's weights equal the run's, each step's loss and grad norm equal its record (torch, CPU).
+- With a setting changed, from a later version, its steps differ, marked a retrain of RUN with the change.
+- Killed with SIGKILL at moments chosen by what it had done (its plan shown, a step checkpointed) and run
+  again, it ends with every step once and the same weights as the run.
+- Bad input: one line, exit 2."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import msgspec
 import pytest
+import torch
+import typer
+from safetensors.torch import load_file
+from typer.testing import CliRunner
 
+from consumers.trainer.checkpoint import weights_name
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from consumers.trainer.settings import public_settings
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
+from cua_stream.cli.retrain import retrain
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import ScoreEvent, SummaryEvent, TrainerSettings, TrainStep
 from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
-from tests.conftest import _create_topics
+from tests.conftest import _create_topics, wait_until
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_inspect_step import RUN, episode
 
@@ -94,3 +113,160 @@ def test_a_run_publishes_its_settings_at_each_start_without_its_secrets(run: Run
     assert first.settings == {**public_settings(run.config), "max_steps": 1}
     assert "engine_api_key" not in resumed.settings and "sekrit" not in msgspec.json.encode(resumed).decode()
     assert all(s.retrain_of == "" for s in run.steps)
+
+
+def weights(directory: Path) -> dict[str, torch.Tensor]:
+    return {k: v for f in sorted(directory.glob("*.safetensors")) for k, v in load_file(f).items()}
+
+
+def same_weights(a: Path, b: Path) -> bool:
+    mine, theirs = weights(a), weights(b)
+    return bool(mine) and mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+
+
+def where(run: Run) -> list[str]:
+    return ["--bootstrap", run.bus.bootstrap_servers, "--prefix", run.bus.topic_prefix]
+
+
+def invoke(run: Run, *args: str) -> tuple[int, str]:
+    app = typer.Typer()
+    app.command()(retrain)
+    done = CliRunner().invoke(app, [*args, *where(run)])
+    return done.exit_code, done.output
+
+
+def test_a_retrain_with_nothing_changed_is_the_run_bit_for_bit(run: Run, tmp_path: Path) -> None:
+    new = f"{RUN}-same"
+    code, output = invoke(run, "--from", RUN, "--run-id", new, "--checkpoint-dir", str(tmp_path / "new"))
+    assert code == 0, output
+    print(output)  # shown with -s: what a person sees
+    assert "none changed" in output and "steps 1..3 (3 steps, 3 groups)" in output, output
+    for k in (1, 2, 3):  # each step shown beside its record: the same bits
+        assert f"step {k}: loss " in output and "grad_norm " in output
+    assert output.count(f"(= {RUN})") == 3 * 5, output  # loss, grad_norm, kl, clip_fraction, logprob_gap
+    steps, settings = anyio.run(records, run.bus, new)
+    assert [s.step for s in steps] == [1, 2, 3] and all(s.retrain_of == RUN for s in steps)
+    for mine, theirs in zip(steps, run.steps, strict=True):
+        assert mine.group_ids == theirs.group_ids and mine.attempts == theirs.attempts
+        assert mine.loss == theirs.loss and mine.loss != 0
+        assert mine.metrics["grad_norm"] == theirs.metrics["grad_norm"] > 0
+        assert same_weights(
+            tmp_path / "new" / weights_name(mine.step), run.home / "ckpt" / weights_name(theirs.step)
+        )
+    assert not same_weights(
+        tmp_path / "new" / weights_name(2), run.home / "ckpt" / weights_name(3)
+    )  # told apart
+    (record,) = settings
+    assert record.retrain_of == RUN and record.changed == {} and record.step == 0
+
+
+def test_a_changed_setting_from_a_later_version_changes_its_steps_and_is_marked(
+    run: Run, tmp_path: Path
+) -> None:
+    new = f"{RUN}-kl"
+    args = ["--from", RUN, "--run-id", new, "--steps", "2..3", "--set", "trainer.kl_coef=0.3"]
+    args += ["--checkpoint-dir", str(tmp_path / "new")]
+    code, output = invoke(run, *args, "--dry-run")
+    assert code == 0 and "trainer.kl_coef  0.0 → 0.3" in output and f"from {RUN}'s v1" in output, output
+    assert "the optimizer starts afresh" in output and anyio.run(records, run.bus, new) == ([], [])
+    code, output = invoke(run, *args)
+    assert code == 0, output
+    print(output)
+    steps, (record,) = anyio.run(records, run.bus, new)
+    assert [s.step for s in steps] == [2, 3] and all(s.retrain_of == RUN for s in steps)
+    assert record.retrain_of == RUN and record.changed == {"kl_coef": 0.3} and record.step == 1
+    assert record.settings["kl_coef"] == 0.3 and record.settings["lr"] == run.config.lr
+    for mine, theirs in zip(steps, run.steps[1:], strict=True):
+        assert mine.group_ids == theirs.group_ids
+        assert mine.metrics["kl"] > 0 == theirs.metrics["kl"] and mine.loss != theirs.loss
+    assert not same_weights(tmp_path / "new" / weights_name(3), run.home / "ckpt" / weights_name(3))
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--from", "nobody", "--run-id", "x"], "holds no step of run 'nobody'"),
+        (["--from", RUN, "--run-id", "x", "--steps", "2..9"], f"run '{RUN}' has no step 4 on "),
+        (["--from", RUN, "--run-id", "x", "--steps", "3..2"], "--steps: '3..2' is no range of steps"),
+        (
+            ["--from", RUN, "--run-id", "x", "--set", "trainer.kl_cof=1"],
+            "no such trainer setting; closest: trainer.kl_coef",
+        ),
+        (
+            ["--from", RUN, "--run-id", "x", "--set", "trainer.group_size=4"],
+            "trainer.group_size: it decides which samples",
+        ),
+        (
+            ["--from", RUN, "--run-id", "x", "--set", "trainer.tasks=[]"],
+            "trainer.tasks: not a retrain's to change",
+        ),
+        (["--from", RUN, "--run-id", "x", "--set", "kl_coef=1"], "expected trainer.KEY=VALUE"),
+        (
+            ["--from", RUN, "--run-id", "x", "--set", "trainer.kl_coef=abc"],
+            "trainer.kl_coef: Expected `float`",
+        ),
+        (["--from", RUN, "--run-id", "x", "--set", "trainer.passes=0"], "trainer.passes: must be >= 1"),
+        (["--from", RUN, "--run-id", RUN], "is this trainer's own run"),
+        (["--from", RUN, "--run-id", "x", "--start", "v9"], f"--start v9: {RUN}'s v9 weights are not in"),
+        (["--from", RUN, "--run-id", "x", "--start", "/nowhere"], "--start /nowhere: not vN"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(run: Run, tmp_path: Path, args: list[str], expected: str) -> None:
+    code, output = invoke(run, *args, "--checkpoint-dir", str(tmp_path / "x"), "--dry-run")
+    assert code == 2 and expected in output and len(output.strip().splitlines()) == 1, output
+
+
+def test_a_run_id_already_taken_is_refused(run: Run, tmp_path: Path) -> None:
+    code, output = invoke(run, "--from", RUN, "--run-id", f"{RUN}-same", "--checkpoint-dir", str(tmp_path))
+    assert code == 2 and "holds that run's" in output and "give the retrain a new id" in output, output
+
+
+def checkpointed_step(directory: Path) -> int:
+    try:
+        return int(json.loads((directory / "checkpoint.json").read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        return -1
+
+
+def test_kill_9_at_any_moment_loses_no_step_and_trains_none_twice(run: Run, tmp_path: Path) -> None:
+    new, home = f"{RUN}-killed", tmp_path / "new"
+    cmd = [sys.executable, "-m", "cua_stream", "retrain", "--from", RUN, "--run-id", new]
+    cmd += ["--checkpoint-dir", str(home), *where(run)]
+    kills = []
+    for after in ("plan", 1, 2):  # its plan shown (before any step), then steps 1 and 2 checkpointed
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as p:
+            assert p.stdout is not None
+            if after == "plan":
+                assert p.stdout.readline().startswith(f"retrain of {RUN} as {new}")
+            else:
+                wait_for(lambda at=after: checkpointed_step(home) >= at or p.poll() is not None)
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        kills.append((after, checkpointed_step(home)))
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert all(at < 3 for _, at in kills), kills  # every kill landed before the last step's commit
+    steps, settings = anyio.run(records, run.bus, new)
+    assert Counter(s.step for s in steps) == {1: 1, 2: 1, 3: 1}, (
+        kills
+    )  # each step once: none lost, none twice
+    for mine, theirs in zip(sorted(steps, key=lambda s: s.step), run.steps, strict=True):
+        assert (mine.loss, mine.metrics["grad_norm"]) == (theirs.loss, theirs.metrics["grad_norm"]), kills
+    assert same_weights(home / weights_name(3), run.home / "ckpt" / weights_name(3)), kills
+    assert len(settings) >= 2 and settings[0].step == 0, (
+        kills
+    )  # the started ones said so (plan kills may not)
+    assert [s.step for s in settings] == sorted(s.step for s in settings)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 300) -> None:
+    """Until ``condition`` (a file another process writes) holds; the bound only fails the test."""
+
+    async def wait() -> None:
+        async def done() -> bool:
+            return condition()
+
+        with anyio.fail_after(timeout_s):
+            await wait_until(done, poll_s=0.02)
+
+    anyio.run(wait)

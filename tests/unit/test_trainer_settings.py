@@ -21,7 +21,7 @@ from consumers.trainer.rerun import (
 )
 from consumers.trainer.settings import changed_settings, public_settings, settings_record
 from cua_stream.bus.codec import Delivery, key_of
-from cua_stream.config import BusConfig, ConfigError, Secret, convert
+from cua_stream.config import BusConfig, ConfigError, Secret, convert, state_dir
 from cua_stream.events import Reward, ScoreEvent, TrainerSettings, TrainStep, encode
 from cua_stream.topics import TRAIN_STEPS
 
@@ -45,8 +45,11 @@ def test_the_settings_record_holds_every_setting_but_the_secrets_and_reads_back_
     assert {"engine_api_key", "gateway_api_key", "bus"}.isdisjoint(record.settings)
     assert record.settings["kl_coef"] == 0.3 and record.settings["tasks"] == ["click-button"]
     assert b"sekrit" not in encode(record)
+    assert record.settings["checkpoint_dir"] == str(state_dir() / "trainer" / "r1")  # resolved here
+    assert record.settings["blob_dir"] == str(state_dir() / "blobs")
     back = msgspec.structs.replace(convert(TrainerConfig, "trainer", record.settings), bus=bus)
-    assert back == msgspec.structs.replace(config, engine_api_key=None, gateway_api_key=None)
+    resolved = {"checkpoint_dir": str(config.checkpoints), "blob_dir": config.blobs}
+    assert back == msgspec.structs.replace(config, engine_api_key=None, gateway_api_key=None, **resolved)
     assert key_of(TRAIN_STEPS, record) == b"r1" and TRAIN_STEPS.accepts(record)
 
 

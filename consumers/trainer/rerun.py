@@ -6,18 +6,22 @@ recorded ones: on a replayed prefix under the run's own id, or on any prefix und
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
-from consumers.trainer.config import TrainerConfig
-from consumers.trainer.settings import changed_settings
+from consumers.trainer.settings_diff import changed_settings
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.errors import ConfigError
 from cua_stream.events import TrainerSettings, TrainStep
 from cua_stream.topics import TRAIN_STEPS
+
+if TYPE_CHECKING:
+    from consumers.trainer.config import TrainerConfig
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,19 @@ async def read_recorded(bus: BusConfig, prefix: str, run_id: str) -> RecordedRun
         elif isinstance(event, TrainerSettings) and event.run_id == run_id:
             settings.append(event)
     return RecordedRun(run_id, steps, settings, source.topics().name_of(TRAIN_STEPS))
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``--steps``: ``A..B``, ``A..`` (to the last), ``..B``, ``A`` (one step), or empty (all) as
+    (first, last), last 0 for the run's last; ValueError naming the option."""
+    m = re.fullmatch(r"\s*(\d*)\s*(\.\.)?\s*(\d*)\s*", text)
+    if not m or (not m[2] and m[3]) or (m[1] == "" and m[3] == "" and m[2]):
+        raise ValueError(f"--steps: expected A..B (e.g. 2..5), A.., ..B or A, not {text!r}")
+    first = int(m[1]) if m[1] else 1
+    last = int(m[3]) if m[3] else (0 if m[2] or not m[1] else first)
+    if first < 1 or (last and last < first):
+        raise ValueError(f"--steps: {text!r} is no range of steps (they count from 1)")
+    return first, last
 
 
 def steps_in_range(recorded: RecordedRun, first: int, last: int) -> dict[int, tuple[str, ...]]:

@@ -19,6 +19,7 @@ from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.rerun import (
     RecordedRun,
+    parse_steps,
     read_recorded,
     settings_changes,
     settings_in_force,
@@ -28,13 +29,13 @@ from consumers.trainer.rerun import (
 from consumers.trainer.retrain_plan import (
     change_lines,
     parse_override,
-    parse_steps,
     retrain_settings,
     start_of,
     steps_note,
     unknown_settings,
 )
-from consumers.trainer.settings import changed_settings, public_settings
+from consumers.trainer.settings import public_settings
+from consumers.trainer.settings_diff import changed_settings
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig, ConfigError, convert, state_dir
 from cua_stream.events import PolicyVersion

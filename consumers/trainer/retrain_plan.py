@@ -15,8 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from consumers.trainer.compare import COMPARED, figure
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.settings import LEFT_OUT, SET_BY_RETRAIN
+from consumers.trainer.settings import LEFT_OUT
+from consumers.trainer.settings_diff import SET_BY_RETRAIN
 from cua_stream.events import TrainStep
 
 SAMPLE_RULES = (
@@ -48,19 +50,6 @@ FIXED: dict[str, str] = {
 }
 """Settings a ``--set`` may not change, and why."""
 KNOWN = tuple(f for f in TrainerConfig.__struct_fields__ if f not in LEFT_OUT)
-
-
-def parse_steps(text: str) -> tuple[int, int]:
-    """``--steps``: ``A..B``, ``A..`` (to the last), ``..B``, ``A`` (one step), or empty (all) as
-    (first, last), last 0 for the run's last; ValueError naming the option."""
-    m = re.fullmatch(r"\s*(\d*)\s*(\.\.)?\s*(\d*)\s*", text)
-    if not m or (not m[2] and m[3]) or (m[1] == "" and m[3] == "" and m[2]):
-        raise ValueError(f"--steps: expected A..B (e.g. 2..5), A.., ..B or A, not {text!r}")
-    first = int(m[1]) if m[1] else 1
-    last = int(m[3]) if m[3] else (0 if m[2] or not m[1] else first)
-    if first < 1 or (last and last < first):
-        raise ValueError(f"--steps: {text!r} is no range of steps (they count from 1)")
-    return first, last
 
 
 def parse_override(item: str, *, rejudge: bool = False) -> tuple[str, Any]:
@@ -143,15 +132,6 @@ def steps_note(first: int, last: int, groups: Sequence[Sequence[str]]) -> str:
     """``steps 1..3 (3 steps, 6 groups)``."""
     n = last - first + 1
     return f"steps {first}..{last} ({n} step{'s' * (n != 1)}, {sum(len(g) for g in groups)} groups)"
-
-
-COMPARED = ("loss", "grad_norm", "kl", "clip_fraction", "logprob_gap")
-"""The per-step figures a retrain shows beside its source's (``TrainStep.loss`` and its metrics)."""
-
-
-def figure(step: TrainStep, name: str) -> float | None:
-    """One of ``COMPARED`` from a step's record (None if it lacks it)."""
-    return step.loss if name == "loss" else step.metrics.get(name)
 
 
 def step_line(mine: TrainStep, source: TrainStep | None) -> str:

@@ -10,6 +10,7 @@ from typing import Any, get_args, get_type_hints
 import msgspec
 
 from consumers.trainer.config import TrainerConfig
+from consumers.trainer.settings_diff import changed_settings
 from cua_stream.config import Secret
 from cua_stream.events import TrainerSettings
 
@@ -19,21 +20,6 @@ SECRET_FIELDS = frozenset(
 """Fields typed ``Secret`` (the engine's and the gateway's admin keys): never on a topic."""
 LEFT_OUT = SECRET_FIELDS | {"bus"}
 """Not in the record: the secrets, and the bus (its own section, where to connect, not how to train)."""
-SET_BY_RETRAIN: dict[str, object] = {
-    "tasks": [],
-    "max_steps": 0,
-    "engine_url": "",
-    "gateway_url": "",
-    "metrics_port": None,
-}
-"""What a retrain sets itself, whatever its source run had: it issues no work, stops after the recorded
-steps, loads no engine and serves no metrics unless told (its source may still run beside it)."""
-UNCOMPARED = frozenset(
-    {"run_id", "checkpoint_dir", "replay_batches_from", "retrain_of", "replay_from_step", "replay_to_step"}
-    | set(SET_BY_RETRAIN)
-)
-"""Settings that name a run, where it lives, or what a retrain sets itself, rather than how it trains: a
-retrain's differ from its source run's by construction, so they are not listed as changed."""
 
 
 def public_settings(config: TrainerConfig) -> dict[str, Any]:
@@ -42,13 +28,6 @@ def public_settings(config: TrainerConfig) -> dict[str, Any]:
     kept = {name: getattr(config, name) for name in config.__struct_fields__ if name not in LEFT_OUT}
     kept |= {"checkpoint_dir": str(config.checkpoints), "blob_dir": config.blobs}
     return msgspec.to_builtins(kept)  # the secrets never reach the encoder (it refuses them anyway)
-
-
-def changed_settings(base: Mapping[str, Any], mine: Mapping[str, Any]) -> dict[str, Any]:
-    """The settings of ``mine`` whose values differ from ``base``'s (a field ``base`` lacks counts as
-    changed), with ``mine``'s values; the ``UNCOMPARED`` ones are left out."""
-    missing = object()
-    return {k: v for k, v in sorted(mine.items()) if k not in UNCOMPARED and base.get(k, missing) != v}
 
 
 def settings_record(

@@ -53,6 +53,7 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "cua_stream.cli.eval:eval_",
     "inspect": "cua_stream.cli.inspect:app",
     "retrain": "cua_stream.cli.retrain:retrain",
+    "runs": "cua_stream.cli.runs:app",
 }
 
 

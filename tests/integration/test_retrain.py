@@ -8,6 +8,8 @@ three groups in three steps, stopped after the first and resumed, keeping every 
 - With a setting changed, from a later version, its steps differ, marked a retrain of RUN with the change.
 - Killed with SIGKILL at moments chosen by what it had done (its plan shown, a step checkpointed) and run
   again, it ends with every step once and the same weights as the run.
+- `cua-stream runs compare` shows them side by side: per step and run, the figures (the same where
+  nothing changed), what each changed, a chart image, JSON.
 - Bad input: one line, exit 2."""
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from consumers.trainer.settings import public_settings
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.cli.retrain import retrain
+from cua_stream.cli.runs import app as runs_app
 from cua_stream.config import BusConfig, Secret
 from cua_stream.events import ScoreEvent, SummaryEvent, TrainerSettings, TrainStep
 from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
@@ -135,51 +138,108 @@ def invoke(run: Run, *args: str) -> tuple[int, str]:
     return done.exit_code, done.output
 
 
-def test_a_retrain_with_nothing_changed_is_the_run_bit_for_bit(run: Run, tmp_path: Path) -> None:
-    new = f"{RUN}-same"
-    code, output = invoke(run, "--from", RUN, "--run-id", new, "--checkpoint-dir", str(tmp_path / "new"))
-    assert code == 0, output
-    print(output)  # shown with -s: what a person sees
+@dataclass(frozen=True)
+class Retrains:
+    """Two retrains of RUN: ``same`` with nothing changed, ``kl`` with ``kl_coef`` 0.3 from step 2 (v1);
+    each command's output and checkpoint directory (``kl_plan``: its ``--dry-run``'s output)."""
+
+    same: str
+    same_home: Path
+    kl_plan: str
+    kl_plan_left: tuple[list[TrainStep], list[TrainerSettings]]
+    kl: str
+    kl_home: Path
+
+
+@pytest.fixture(scope="module")
+def retrains(run: Run, tmp_path_factory: pytest.TempPathFactory) -> Retrains:
+    home = tmp_path_factory.mktemp("retrains")
+    code, same = invoke(run, "--from", RUN, "--run-id", f"{RUN}-same", "--checkpoint-dir", str(home / "same"))
+    assert code == 0, same
+    args = ["--from", RUN, "--run-id", f"{RUN}-kl", "--steps", "2..3", "--set", "trainer.kl_coef=0.3"]
+    args += ["--checkpoint-dir", str(home / "kl")]
+    code, plan = invoke(run, *args, "--dry-run")
+    assert code == 0, plan
+    left = anyio.run(records, run.bus, f"{RUN}-kl")
+    code, kl = invoke(run, *args)
+    assert code == 0, kl
+    print(same, plan, kl, sep="\n")  # shown with -s: what a person sees
+    return Retrains(same, home / "same", plan, left, kl, home / "kl")
+
+
+def test_a_retrain_with_nothing_changed_is_the_run_bit_for_bit(run: Run, retrains: Retrains) -> None:
+    output, home = retrains.same, retrains.same_home
     assert "none changed" in output and "steps 1..3 (3 steps, 3 groups)" in output, output
     for k in (1, 2, 3):  # each step shown beside its record: the same bits
         assert f"step {k}: loss " in output and "grad_norm " in output
-    assert output.count(f"(= {RUN})") == 3 * 5, output  # loss, grad_norm, kl, clip_fraction, logprob_gap
-    steps, settings = anyio.run(records, run.bus, new)
+    assert output.count(f"(= {RUN})") == 3 * 5, output  # loss, kl, clip_fraction, grad_norm, logprob_gap
+    steps, settings = anyio.run(records, run.bus, f"{RUN}-same")
     assert [s.step for s in steps] == [1, 2, 3] and all(s.retrain_of == RUN for s in steps)
     for mine, theirs in zip(steps, run.steps, strict=True):
         assert mine.group_ids == theirs.group_ids and mine.attempts == theirs.attempts
         assert mine.loss == theirs.loss and mine.loss != 0
         assert mine.metrics["grad_norm"] == theirs.metrics["grad_norm"] > 0
-        assert same_weights(
-            tmp_path / "new" / weights_name(mine.step), run.home / "ckpt" / weights_name(theirs.step)
-        )
-    assert not same_weights(
-        tmp_path / "new" / weights_name(2), run.home / "ckpt" / weights_name(3)
-    )  # told apart
+        assert same_weights(home / weights_name(mine.step), run.home / "ckpt" / weights_name(theirs.step))
+    assert not same_weights(home / weights_name(2), run.home / "ckpt" / weights_name(3))  # told apart
     (record,) = settings
     assert record.retrain_of == RUN and record.changed == {} and record.step == 0
 
 
 def test_a_changed_setting_from_a_later_version_changes_its_steps_and_is_marked(
-    run: Run, tmp_path: Path
+    run: Run, retrains: Retrains
 ) -> None:
-    new = f"{RUN}-kl"
-    args = ["--from", RUN, "--run-id", new, "--steps", "2..3", "--set", "trainer.kl_coef=0.3"]
-    args += ["--checkpoint-dir", str(tmp_path / "new")]
-    code, output = invoke(run, *args, "--dry-run")
-    assert code == 0 and "trainer.kl_coef  0.0 → 0.3" in output and f"from {RUN}'s v1" in output, output
-    assert "the optimizer starts afresh" in output and anyio.run(records, run.bus, new) == ([], [])
-    code, output = invoke(run, *args)
-    assert code == 0, output
-    print(output)
-    steps, (record,) = anyio.run(records, run.bus, new)
+    plan = retrains.kl_plan
+    assert "trainer.kl_coef  0.0 → 0.3" in plan and f"from {RUN}'s v1" in plan, plan
+    assert "the optimizer starts afresh" in plan and retrains.kl_plan_left == ([], [])  # a dry run
+    steps, (record,) = anyio.run(records, run.bus, f"{RUN}-kl")
     assert [s.step for s in steps] == [2, 3] and all(s.retrain_of == RUN for s in steps)
     assert record.retrain_of == RUN and record.changed == {"kl_coef": 0.3} and record.step == 1
     assert record.settings["kl_coef"] == 0.3 and record.settings["lr"] == run.config.lr
     for mine, theirs in zip(steps, run.steps[1:], strict=True):
         assert mine.group_ids == theirs.group_ids
         assert mine.metrics["kl"] > 0 == theirs.metrics["kl"] and mine.loss != theirs.loss
-    assert not same_weights(tmp_path / "new" / weights_name(3), run.home / "ckpt" / weights_name(3))
+    assert not same_weights(retrains.kl_home / weights_name(3), run.home / "ckpt" / weights_name(3))
+
+
+def test_runs_compare_shows_a_run_and_its_retrains_side_by_side(
+    run: Run, retrains: Retrains, tmp_path: Path
+) -> None:
+    app = typer.Typer()
+    app.add_typer(runs_app, name="runs")
+    runs = [RUN, f"{RUN}-same", f"{RUN}-kl"]
+    chart = tmp_path / "compare.png"
+    done = CliRunner().invoke(app, ["runs", "compare", *runs, "--chart", str(chart), *where(run)])
+    assert done.exit_code == 0, done.output
+    print(done.output)
+    lines = done.output.splitlines()
+    assert lines[:3] == [
+        f"{RUN}: trained live, steps 1..3 (the baseline)",
+        f"{RUN}-same: a retrain of {RUN}, steps 1..3; changed: no setting",
+        f"{RUN}-kl: a retrain of {RUN}, steps 2..3; changed: kl_coef 0.3",
+    ]
+    rows = [line.split() for line in lines[4:] if line and line.split()[0].isdigit()]
+    assert [(r[0], r[1]) for r in rows] == [(str(k), name) for k in (1, 2, 3) for name in runs]
+    by = {(r[0], r[1]): r[2:] for r in rows}
+    assert by[("1", f"{RUN}-kl")] == ["-"] * 5  # it has no step 1
+    for k in ("1", "2", "3"):  # the same run bit for bit: the same figures
+        assert by[(k, RUN)] == by[(k, f"{RUN}-same")]
+    assert by[("2", RUN)][0] != by[("2", f"{RUN}-kl")][0]  # its loss
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and chart.stat().st_size > 10_000
+
+    document = json.loads(
+        CliRunner().invoke(app, ["runs", "compare", RUN, f"{RUN}-kl", "--json", *where(run)]).stdout
+    )
+    kl = document["runs"][1]
+    assert (
+        kl["retrain_of"] == RUN
+        and kl["changed"] == {"kl_coef": 0.3}
+        and [s["step"] for s in kl["steps"]] == [2, 3]
+    )
+    assert kl["steps"][0]["loss"] == next(
+        s.loss for s in anyio.run(records, run.bus, f"{RUN}-kl")[0] if s.step == 2
+    )
+    missing = CliRunner().invoke(app, ["runs", "compare", RUN, "nobody", *where(run)])
+    assert missing.exit_code == 2 and "run 'nobody' has no step to compare" in missing.output
 
 
 @pytest.mark.parametrize(
@@ -216,7 +276,7 @@ def test_bad_input_is_one_line_and_exit_2(run: Run, tmp_path: Path, args: list[s
     assert code == 2 and expected in output and len(output.strip().splitlines()) == 1, output
 
 
-def test_a_run_id_already_taken_is_refused(run: Run, tmp_path: Path) -> None:
+def test_a_run_id_already_taken_is_refused(run: Run, retrains: Retrains, tmp_path: Path) -> None:
     code, output = invoke(run, "--from", RUN, "--run-id", f"{RUN}-same", "--checkpoint-dir", str(tmp_path))
     assert code == 2 and "holds that run's" in output and "give the retrain a new id" in output, output
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from consumers.trainer.rerun import parse_steps
 from consumers.trainer.retrain_plan import (
     KNOWN,
     change_lines,
     parse_override,
-    parse_steps,
     retrain_settings,
     start_of,
     step_line,
@@ -106,6 +106,6 @@ def test_a_retrained_step_is_shown_beside_its_record() -> None:
 
     mine = step("r2", 0.5, grad_norm=1.25, kl=0.0)
     assert step_line(mine, step("r1", 0.5, grad_norm=1.5)) == (
-        "step 2: loss 0.5 (= r1)  grad_norm 1.25 (r1 1.5)  kl 0 (-)"
+        "step 2: loss 0.5 (= r1)  kl 0 (-)  grad_norm 1.25 (r1 1.5)"
     )
-    assert step_line(mine, None) == "step 2: loss 0.5 (-)  grad_norm 1.25 (-)  kl 0 (-)"
+    assert step_line(mine, None) == "step 2: loss 0.5 (-)  kl 0 (-)  grad_norm 1.25 (-)"

@@ -19,7 +19,8 @@ from consumers.trainer.rerun import (
     start_error,
     steps_in_range,
 )
-from consumers.trainer.settings import changed_settings, public_settings, settings_record
+from consumers.trainer.settings import public_settings, settings_record
+from consumers.trainer.settings_diff import changed_settings
 from cua_stream.bus.codec import Delivery, key_of
 from cua_stream.config import BusConfig, ConfigError, Secret, convert, state_dir
 from cua_stream.events import Reward, ScoreEvent, TrainerSettings, TrainStep, encode

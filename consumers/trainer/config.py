@@ -30,8 +30,8 @@ def device_error(backend: str, device: str) -> str | None:
 
 def replay_error(config: TrainerConfig) -> str | None:
     """What is wrong with a re-training's settings (``retrain_of``, the step range), if anything."""
-    if config.retrain_of and not config.replay_batches_from:
-        return "trainer.retrain_of: needs trainer.replay_batches_from (the prefix of its TrainStep records)"
+    if (config.retrain_of or config.rejudge) and not config.replay_batches_from:
+        return "trainer.retrain_of, trainer.rejudge: need trainer.replay_batches_from (where the steps are recorded)"
     if config.retrain_of == config.run_id:
         return (
             f"trainer.retrain_of: {config.run_id!r} is this trainer's own run: a retrain runs under a new id"
@@ -142,6 +142,10 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     the step before it)."""
     replay_to_step: int = 0
     """With ``replay_batches_from``: the last recorded step to train again (0: the run's last)."""
+    rejudge: bool = False
+    """With ``replay_batches_from``: a recorded step's group this trainer drops under its own rules is left
+    out of the step (its ``GroupDropped`` says why; a step left with none changes no weight) instead of
+    stopping the re-training (``cua-stream retrain --rejudge``)."""
     blob_dir: str = ""
     """The blob store the gateway writes screenshots to (a directory or ``s3://bucket/prefix``); empty:
     ``<state dir>/blobs``."""

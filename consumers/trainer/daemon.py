@@ -48,6 +48,7 @@ from consumers.trainer.grpo import (
 from consumers.trainer.intake import READS, Intake
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
+from consumers.trainer.loss import LossStats
 from consumers.trainer.megatron_vl_backend import MegatronVLBackend
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.rerun import recorded_batches, start_error
@@ -232,7 +233,7 @@ class Trainer:
                     for queued, detail in stale:
                         self._drop(join, queued.group, drop(DropReason.STALE, detail))
                     batch, st.queue = self._take(st.queue, join)
-                    if not batch:
+                    if batch is None:
                         break
                     await self._step(batch, join, positions, producer, http)
                     if self._done():
@@ -248,18 +249,21 @@ class Trainer:
             self.recorded is not None and step >= max(self.recorded)
         )
 
-    def _take(self, queue: list[Queued], join: Join) -> tuple[list[Queued], list[Queued]]:
-        """The next step's batch from the queue (empty: none yet), and the queue left. A re-training
+    def _take(self, queue: list[Queued], join: Join) -> tuple[list[Queued] | None, list[Queued]]:
+        """The next step's batch from the queue (None: none yet), and the queue left. A re-training
         whose recorded step lists a group it dropped stops there: it would wait for it forever, and the
-        drop is the difference it was run to find."""
+        drop is the difference it was run to find; unless it rejudges (``rejudge``): the step goes on
+        without it (empty if it lost every group)."""
         if self.recorded is None:
             ready = [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in queue]
             take = next_batch(ready, self.config.episodes_per_step)
-            return queue[:take], queue[take:]
+            return queue[:take] or None, queue[take:]
         wanted = self.recorded.get(self.state.step + 1, ())
-        picked = recorded_batch([q.group.group_id for q in queue], wanted, join.decided)
+        picked = recorded_batch(
+            [q.group.group_id for q in queue], wanted, join.decided, rejudge=self.config.rejudge
+        )
         if picked is None:
-            return [], queue
+            return None, queue
         return [queue[i] for i in picked], [q for i, q in enumerate(queue) if i not in picked]
 
     # -- decisions --------------------------------------------------------------------------------------
@@ -359,7 +363,8 @@ class Trainer:
         self._timings["wait_s"] = started - self._waiting_since  # no batch to train (judging included)
         self._lr = warmup_lr(self.config.lr, st.step, self.config.lr_warmup_steps)
         self.backend.set_lr(self._lr)
-        stats = await anyio.to_thread.run_sync(self.backend.step, items)
+        nothing = StepStats.of(items, LossStats(0.0, 0.0, 0.0, 0))  # a rejudged step left with no group
+        stats = await anyio.to_thread.run_sync(self.backend.step, items) if items else nothing
         if (pad := self.config.min_step_s - (time.perf_counter() - started)) > 0:
             await anyio.sleep(pad)  # a benchmark's fixed step time (trainer.min_step_s)
         self._timings["train_s"] = time.perf_counter() - started

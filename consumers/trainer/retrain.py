@@ -55,6 +55,8 @@ class RetrainRequest:
     """The prefix of the source run's ``TrainStep`` and settings records; empty: the bus's."""
     checkpoint_dir: str = ""
     """The retrain's own; empty: ``<state dir>/trainer/<run id>``."""
+    rejudge: bool = False
+    """Decide the recorded groups again under the retrain's rules (``retrain_plan.SAMPLE_RULES`` may change)."""
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ async def plan_retrain(bus: BusConfig, request: RetrainRequest) -> RetrainPlan:
     """The retrain ``request`` asks for, checked against the log: ConfigError (one line) for a run or
     step not there, a setting it may not change, a bad value, or a run id already taken."""
     first, last = parse_steps(request.steps)
-    overrides = dict(parse_override(item) for item in request.overrides)
+    overrides = dict(parse_override(item, rejudge=request.rejudge) for item in request.overrides)
     batches_from = request.batches_from or bus.topic_prefix
     recorded = await read_recorded(bus, batches_from, request.source_run)
     batches = steps_in_range(recorded, first, last)
@@ -106,7 +108,7 @@ async def plan_retrain(bus: BusConfig, request: RetrainRequest) -> RetrainPlan:
     directory = request.checkpoint_dir or str(state_dir() / "trainer" / request.run_id)
     values = retrain_settings(
         in_force.settings, overrides, source_run=request.source_run, run_id=request.run_id,
-        batches_from=batches_from, steps=(first, last), checkpoint_dir=directory,
+        batches_from=batches_from, steps=(first, last), checkpoint_dir=directory, rejudge=request.rejudge,
     )  # fmt: skip
     config = msgspec.structs.replace(convert(TrainerConfig, "trainer", values), bus=bus)
     resume_at = await _resume_step(bus, config)

@@ -22,7 +22,6 @@ from consumers.trainer.settings_diff import SET_BY_RETRAIN
 from cua_stream.events import TrainStep
 
 SAMPLE_RULES = (
-    "group_size",
     "max_staleness",
     "on_stale",
     "on_discard",
@@ -30,8 +29,9 @@ SAMPLE_RULES = (
     "filter_zero_variance",
     "max_seq_len",
 )
-"""Settings that decide which samples a step holds (group size, staleness bound, discard policy, length
-cap): a retrain trains the recorded steps' samples as they were judged, so it keeps its source run's."""
+"""Settings that decide which samples a step holds (staleness bound, discard policy, length cap): a retrain
+trains the recorded steps' samples as they were judged, so it keeps its source run's; unless it rejudges
+(``--rejudge``): its groups decided again under them, a group they drop left out of its step."""
 FIXED: dict[str, str] = {
     "run_id": "give it as --run-id",
     "retrain_of": "give it as --from",
@@ -39,6 +39,8 @@ FIXED: dict[str, str] = {
     "checkpoint_dir": "give it as --checkpoint-dir",
     "replay_from_step": "give it as --steps",
     "replay_to_step": "give it as --steps",
+    "rejudge": "give it as --rejudge",
+    "group_size": "a recorded group holds its run's number of episodes",
     "max_steps": "give the steps as --steps",
     "tasks": "a retrain issues no work",
     "groups_per_step": "each step trains the groups its record lists",
@@ -69,7 +71,7 @@ def parse_override(item: str, *, rejudge: bool = False) -> tuple[str, Any]:
     if name in SAMPLE_RULES and not rejudge:
         raise ValueError(
             f"--set trainer.{name}: it decides which samples a step holds; a retrain trains the recorded "
-            "steps' samples as they were judged"
+            "steps' samples as they were judged (--rejudge: decide them again under it)"
         )
     try:
         value: Any = json.loads(raw)
@@ -87,6 +89,7 @@ def retrain_settings(
     batches_from: str,
     steps: tuple[int, int],
     checkpoint_dir: str,
+    rejudge: bool = False,
 ) -> dict[str, Any]:
     """The retrain's ``[trainer]`` section: its source run's recorded settings, what a retrain sets
     itself, the overrides, and where it reads the recorded steps and keeps its checkpoints."""
@@ -100,6 +103,7 @@ def retrain_settings(
         "replay_from_step": steps[0],
         "replay_to_step": steps[1],
         "checkpoint_dir": checkpoint_dir,
+        "rejudge": rejudge,
     }
 
 
@@ -145,4 +149,7 @@ def step_line(mine: TrainStep, source: TrainStep | None) -> str:
         same = "= " + source.run_id if source is not None and theirs == value else None
         other = f"{source.run_id} {theirs:.6g}" if source is not None and theirs is not None else "-"
         parts.append(f"{name} {value:.6g} ({same or other})")
-    return f"step {mine.step}: " + "  ".join(parts)
+    left_out = [g for g in source.group_ids if g not in mine.group_ids] if source is not None else []
+    return (
+        f"step {mine.step}: " + "  ".join(parts) + (f"  left out: {', '.join(left_out)}" if left_out else "")
+    )

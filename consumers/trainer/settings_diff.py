@@ -16,7 +16,15 @@ SET_BY_RETRAIN: dict[str, object] = {
 """What a retrain sets itself, whatever its source run had: it issues no work, stops after the recorded
 steps, loads no engine and serves no metrics unless told (its source may still run beside it)."""
 UNCOMPARED = frozenset(
-    {"run_id", "checkpoint_dir", "replay_batches_from", "retrain_of", "replay_from_step", "replay_to_step"}
+    {
+        "run_id",
+        "checkpoint_dir",
+        "replay_batches_from",
+        "retrain_of",
+        "replay_from_step",
+        "replay_to_step",
+        "rejudge",
+    }
     | set(SET_BY_RETRAIN)
 )
 """Settings that name a run, where it lives, or what a retrain sets itself, rather than how it trains: a

@@ -43,6 +43,13 @@ def retrain(
     checkpoint_dir: Annotated[
         str | None, typer.Option(help="The new run's checkpoints (default: <state dir>/trainer/RUN-ID).")
     ] = None,
+    rejudge: Annotated[
+        bool,
+        typer.Option(
+            help="Decide the recorded groups again under the new settings (staleness bound, discard policy, "
+            "max_seq_len may then change): a group they drop is left out of its step, listed there."
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option(help="Show the plan and the settings changed; train nothing.")
     ] = False,
@@ -62,7 +69,7 @@ def retrain(
     bus = make_bus(bootstrap, prefix, config)  # only its [bus] section: the settings are the run's own
     request = RetrainRequest(
         source_run=source, run_id=run_id, steps=steps, overrides=tuple(set_ or ()), start=start,
-        batches_from=batches_from or "", checkpoint_dir=checkpoint_dir or "",
+        batches_from=batches_from or "", checkpoint_dir=checkpoint_dir or "", rejudge=rejudge,
     )  # fmt: skip
     plan = anyio.run(plan_retrain, bus, request)
     print("\n".join(plan_lines(plan)), flush=True)

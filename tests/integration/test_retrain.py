@@ -10,6 +10,8 @@ three groups in three steps, stopped after the first and resumed, keeping every 
   again, it ends with every step once and the same weights as the run.
 - `cua-stream runs compare` shows them side by side: per step and run, the figures (the same where
   nothing changed), what each changed, a chart image, JSON.
+- With ``--rejudge`` a setting that decides which samples a step holds may change: a group it drops is
+  left out of its step, listed there and on the log.
 - Bad input: one line, exit 2."""
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ from consumers.trainer.checkpoint import weights_name
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
 from consumers.trainer.settings import public_settings
+from cua_stream.bus.codec import Delivery
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.cli.retrain import retrain
 from cua_stream.cli.runs import app as runs_app
 from cua_stream.config import BusConfig, Secret
-from cua_stream.events import ScoreEvent, SummaryEvent, TrainerSettings, TrainStep
+from cua_stream.events import GroupDropped, ScoreEvent, SummaryEvent, TrainerSettings, TrainStep
 from cua_stream.topics import SCORES, SUMMARIES, TRAIN_STEPS, TURNS
 from tests.conftest import _create_topics, wait_until
 from tests.integration.gateway_servers import tiny_model_dir
@@ -242,6 +245,40 @@ def test_runs_compare_shows_a_run_and_its_retrains_side_by_side(
     assert missing.exit_code == 2 and "run 'nobody' has no step to compare" in missing.output
 
 
+def test_a_rejudged_retrain_leaves_out_the_groups_its_rules_drop_and_says_which(
+    run: Run, tmp_path: Path
+) -> None:
+    """Every recorded group was sampled at v0: with a staleness bound of 1, step 3 (from v2) may not
+    train its group. Without ``--rejudge`` the setting is refused (above); with it, the step goes on
+    without the group, lists it, and its drop is on the log with the reason."""
+    new, home = f"{RUN}-bound1", tmp_path / "new"
+    args = ["--from", RUN, "--run-id", new, "--rejudge", "--set", "trainer.max_staleness=1"]
+    code, output = invoke(run, *args, "--checkpoint-dir", str(home))
+    assert code == 0, output
+    print(output)
+    (late,) = run.steps[2].group_ids
+    assert f"left out: {late}" in next(line for line in output.splitlines() if line.startswith("step 3:"))
+    steps, (record,) = anyio.run(records, run.bus, new)
+    assert [(s.step, s.group_ids) for s in steps] == [
+        (1, run.steps[0].group_ids),
+        (2, run.steps[1].group_ids),
+        (3, ()),
+    ]
+    assert [s.loss for s in steps[:2]] == [s.loss for s in run.steps[:2]] and steps[2].n_groups == 0
+    assert record.changed == {"max_staleness": 1} and record.settings["rejudge"] is True
+    assert same_weights(home / weights_name(3), home / weights_name(2))  # a step with no group moves nothing
+    drops = [
+        d.event
+        for d in anyio.run(scan_all, run.bus)
+        if isinstance(d.event, GroupDropped) and d.event.run_id == new
+    ]
+    assert [(d.group_id, d.reason) for d in drops] == [(late, "stale")]
+
+
+async def scan_all(bus: BusConfig) -> list[Delivery]:
+    return [d async for d in scan(bus, TRAIN_STEPS)]
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -253,8 +290,8 @@ def test_runs_compare_shows_a_run_and_its_retrains_side_by_side(
             "no such trainer setting; closest: trainer.kl_coef",
         ),
         (
-            ["--from", RUN, "--run-id", "x", "--set", "trainer.group_size=4"],
-            "trainer.group_size: it decides which samples",
+            ["--from", RUN, "--run-id", "x", "--set", "trainer.max_staleness=4"],
+            "trainer.max_staleness: it decides which samples a step holds",
         ),
         (
             ["--from", RUN, "--run-id", "x", "--set", "trainer.tasks=[]"],

@@ -5,6 +5,7 @@ retrained step shown beside its record."""
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from consumers.trainer.rerun import parse_steps
@@ -55,6 +56,7 @@ def test_an_override_is_read_as_json_where_it_is_json() -> None:
         ("trainer.kl_coef", "expected trainer.KEY=VALUE"),
         ("producer.concurrency=2", "expected trainer.KEY=VALUE"),
         ("trainer.max_staleness=3", "trainer.max_staleness: it decides which samples a step holds"),
+        ("trainer.group_size=2", "trainer.group_size: not a retrain's to change (a recorded group holds"),
         ("trainer.on_discard=keep_survivors", "trainer.on_discard: it decides which samples"),
         ("trainer.run_id=x", "trainer.run_id: not a retrain's to change (give it as --run-id)"),
         ("trainer.top_p=0.9", "trainer.top_p: not a retrain's to change (a retrain samples no episode)"),
@@ -65,6 +67,13 @@ def test_a_bad_override_is_one_line_naming_the_key(item: str, expected: str) -> 
     with pytest.raises(ValueError) as caught:
         parse_override(item)
     assert expected in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_setting_that_decides_the_samples_may_change_when_the_groups_are_rejudged() -> None:
+    assert parse_override("trainer.max_staleness=0", rejudge=True) == ("max_staleness", 0)
+    assert parse_override("trainer.filter_zero_variance=true", rejudge=True) == ("filter_zero_variance", True)
+    with pytest.raises(ValueError, match="trainer.group_size: not a retrain's to change"):
+        parse_override("trainer.group_size=2", rejudge=True)  # a recorded group has its size
 
 
 def test_every_setting_that_trains_may_be_changed() -> None:
@@ -84,7 +93,7 @@ def test_the_new_runs_settings_are_its_sources_with_the_overrides_and_its_own_id
     assert mine == {
         "run_id": "r2", "tasks": [], "lr": 0.1, "kl_coef": 0.3, "max_steps": 0, "engine_url": "",
         "gateway_url": "", "checkpoint_dir": "/ckpt/r2", "metrics_port": None, "retrain_of": "r1",
-        "replay_batches_from": "cua", "replay_from_step": 2, "replay_to_step": 0,
+        "replay_batches_from": "cua", "replay_from_step": 2, "replay_to_step": 0, "rejudge": False,
     }  # fmt: skip
     assert change_lines(source, {"kl_coef": 0.3, "passes": 2}) == [
         "trainer.kl_coef  0.0 → 0.3",
@@ -109,3 +118,6 @@ def test_a_retrained_step_is_shown_beside_its_record() -> None:
         "step 2: loss 0.5 (= r1)  kl 0 (-)  grad_norm 1.25 (r1 1.5)"
     )
     assert step_line(mine, None) == "step 2: loss 0.5 (-)  kl 0 (-)  grad_norm 1.25 (-)"
+    recorded = msgspec.structs.replace(step("r1", 0.5), group_ids=("g1", "g2", "g3"))
+    rejudged = msgspec.structs.replace(mine, group_ids=("g2",))
+    assert step_line(rejudged, recorded).endswith("  left out: g1, g3")

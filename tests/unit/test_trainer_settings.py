@@ -109,7 +109,9 @@ def test_a_retraining_starts_at_the_step_before_its_first(tmp_path: Path) -> Non
 
 def test_a_retraining_config_names_its_bad_field(model: str) -> None:
     base = {"run_id": "r1-b", "model_path": model, "bus": BusConfig(topic_prefix="cua")}
-    with pytest.raises(ConfigError, match="trainer.retrain_of: needs trainer.replay_batches_from"):
+    with pytest.raises(
+        ConfigError, match="trainer.retrain_of, trainer.rejudge: need trainer.replay_batches_from"
+    ):
         TrainerConfig(**base, retrain_of="r1")
     with pytest.raises(ConfigError, match="trainer.retrain_of: 'r1-b' is this trainer's own run"):
         TrainerConfig(**base, retrain_of="r1-b", replay_batches_from="cua")

@@ -154,9 +154,10 @@ async def _resume_step(bus: BusConfig, config: TrainerConfig) -> int | None:
     mine = await read_recorded(bus, bus.topic_prefix, config.run_id)
     others = [s.retrain_of for s in mine.settings if s.retrain_of != config.retrain_of]
     if others or (saved is None and mine.steps):
-        what = (
-            f"a retrain of {others[-1]!r}" if others and others[-1] else f"steps {spans(sorted(mine.steps))}"
-        )
+        if others and others[-1]:
+            what = f"a retrain of {others[-1]!r}"
+        else:
+            what = f"steps {spans(sorted(mine.steps))}" if mine.steps else "own settings (a live run)"
         raise ConfigError(
             f"--run-id {config.run_id!r}: {mine.where} holds that run's {what}: give the retrain a new id"
         )
@@ -167,12 +168,11 @@ async def _resume_step(bus: BusConfig, config: TrainerConfig) -> int | None:
     return saved.step if saved is not None else None
 
 
-async def resolve_start(bus: BusConfig, start: int | str | None, run: str, settings: dict[str, Any]) -> Start:
+async def resolve_start(bus: BusConfig, start: int | str, run: str, settings: dict[str, Any]) -> Start:
     """Where ``start`` (``retrain_plan.start_of``) is: a version of ``run`` (from its ``PolicyVersion``
     records' weights, else its checkpoint directory), or a directory named."""
     if isinstance(start, str):
         return start_from_path(Path(start))
-    assert start is not None
     if start == 0:
         return Start(None, None, f"{run}'s start model {settings['model_path']} (v0)")
     published = [

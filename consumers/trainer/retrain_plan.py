@@ -121,7 +121,7 @@ def change_lines(source: Mapping[str, Any], changed: Mapping[str, Any]) -> list[
     ]
 
 
-def start_of(text: str, first: int) -> int | str | None:
+def start_of(text: str, first: int) -> int | str:
     """``--start``: a version of the source run (``vN``: its weights after step N), a path (a trainer
     checkpoint directory or a model directory), or by default the weights the first step retrained
     started from (v``first - 1``). A version as an int, a path as text."""

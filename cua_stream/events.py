@@ -262,6 +262,8 @@ class TrainStep(Event, frozen=True, kw_only=True, tag="train_step"):
     attempts: dict[str, int] = {}
     """The episodes the step trained, each with the attempt whose calls it trained (the scored one): an
     audit of the step that needs no other record (chaos runs check it against the outcomes)."""
+    retrain_of: str = ""
+    """The run whose recorded step this one trained again (``cua-stream retrain``); empty: none."""
 
 
 class GroupDropped(Event, frozen=True, kw_only=True, tag="group_dropped"):
@@ -275,6 +277,20 @@ class GroupDropped(Event, frozen=True, kw_only=True, tag="group_dropped"):
     """The trainer's policy version when it dropped the group (the same numbering as every
     ``policy_version``: ``cua_stream.versions``; the wire name predates that rule)."""
     dropped_at: float
+
+
+class TrainerSettings(Event, frozen=True, kw_only=True, tag="trainer_settings"):
+    """The trainer's resolved ``[trainer]`` settings (secrets left out), published each time it starts or
+    resumes a run: what trains the run's next steps (``cua-stream retrain`` reads them back)."""
+
+    settings: dict[str, Any]
+    step: int
+    """The steps the run had done at this start: these settings train its steps from ``step`` + 1."""
+    retrain_of: str = ""
+    """The run whose recorded steps this one trains again (``cua-stream retrain``); empty: none."""
+    changed: dict[str, Any] = {}
+    """With ``retrain_of``: the settings that differ from that run's, with their values here."""
+    started_at: float
 
 
 class Trimmed(msgspec.Struct, frozen=True, kw_only=True):
@@ -368,29 +384,13 @@ class EvalReport(Event, frozen=True, kw_only=True, tag="eval_report"):
 
 
 RECORD_TYPES: tuple[type[Event], ...] = (
-    WorkRequest,
-    TurnEvent,
-    SummaryEvent,
-    OutcomeEvent,
-    ScoreEvent,
-    PolicyVersion,
-    TrainStep,
-    GroupDropped,
-    DeadLetter,
-    EvalReport,
-)
+    WorkRequest, TurnEvent, SummaryEvent, OutcomeEvent, ScoreEvent, PolicyVersion, TrainStep, GroupDropped,
+    TrainerSettings, DeadLetter, EvalReport,
+)  # fmt: skip
 AnyEvent = (
-    WorkRequest
-    | TurnEvent
-    | SummaryEvent
-    | OutcomeEvent
-    | ScoreEvent
-    | PolicyVersion
-    | TrainStep
-    | GroupDropped
-    | DeadLetter
-    | EvalReport
-)
+    WorkRequest | TurnEvent | SummaryEvent | OutcomeEvent | ScoreEvent | PolicyVersion | TrainStep
+    | GroupDropped | TrainerSettings | DeadLetter | EvalReport
+)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from cua_stream.events import (
     OutcomeEvent,
     PolicyVersion,
     ScoreEvent,
+    TrainerSettings,
     TrainStep,
     WorkRequest,
     tag_of,
@@ -126,6 +127,9 @@ def describe(event: Event) -> str:
                 f"step={event.step} v={event.policy_version} groups={event.n_groups} "
                 f"episodes={event.n_episodes} samples={event.n_samples} loss={event.loss:.4f}"
             )
+        case TrainerSettings():
+            retrain = f" retrain_of={event.retrain_of} changed={event.changed}" if event.retrain_of else ""
+            return f"from step={event.step + 1} settings={len(event.settings)}{retrain}"
         case GroupDropped():
             return f"group={event.group_id} DROPPED {event.reason} {event.detail} v={event.trainer_version}"
         case DeadLetter():

@@ -23,6 +23,7 @@ from cua_stream.events import (
     PolicyVersion,
     ScoreEvent,
     SummaryEvent,
+    TrainerSettings,
     TrainStep,
     TurnEvent,
     WorkRequest,
@@ -87,12 +88,13 @@ POLICY = TopicSpec(
 )
 TRAIN_STEPS = TopicSpec(
     "train_steps",
-    (TrainStep, GroupDropped),
+    (TrainStep, GroupDropped, TrainerSettings),
     "run_id",
     "delete",
     30 * DAY_MS,
     False,
-    "trainer steps and metrics, and every group the trainer dropped with its reason",
+    "trainer steps and metrics, every group the trainer dropped with its reason, and the settings it "
+    "trained with (each start or resume): kept as long as the steps they explain",
 )
 DLQ = TopicSpec(
     "dlq", (DeadLetter,), "original", "delete", 30 * DAY_MS, False, "records no consumer could process"

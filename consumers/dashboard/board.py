@@ -4,8 +4,9 @@ Per step: mean reward, logprob gap, grad norm, policy version (``TrainStep``); v
 (``ScoreEvent``); dropped groups by reason; the staleness of every trained group (how many versions its
 work lagged the weights it trained); throughput (episodes finished per minute of record time); call
 latency (engine and gateway time of the recent calls); and the recent episodes, each with its calls in
-order (images by hash, completion tokens), its outcome and its verdict; and per ``learn`` run its closing
-table (success per task of the blind baseline, base, after SFT, after GRPO). Memory is bounded: the recent
+order (images by hash, completion tokens), its outcome and its verdict; per ``learn`` run its closing
+table (success per task of the blind baseline, base, after SFT, after GRPO); and apart from the live
+steps, each retrain's (``cua-stream retrain``: the source's groups trained again) figures per step. Memory is bounded: the recent
 calls and episodes are kept in fixed windows.
 
 So is the summary the page gets, whatever the records hold (anyone who reaches the broker writes them):
@@ -50,6 +51,8 @@ CALLS_KEPT = 2000
 GROUP_VERSIONS_KEPT = 20_000
 LEARN_RUNS_KEPT = 20
 LEARN_RUNS_SHOWN = 3
+RETRAINS_KEPT = 20
+RETRAIN_STEPS_KEPT = 500
 TASKS_SHOWN = 40
 """Tasks of an evaluation (and rows of a learn run's table) shown, besides ``overall``."""
 STEP_TASKS_SHOWN = 20
@@ -120,6 +123,9 @@ class Board:
     """The recent ``learn`` runs' stage reports (blind baseline, base, SFT, GRPO; their first
     ``TASKS_SHOWN`` tasks, and how many they have), by learn run, then stage: the learning panel,
     ``learn``'s closing table (``cua_stream.learn_table``)."""
+    retrains: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    """The recent retrains (their run, the run they retrained, their figures by step): kept out of the
+    live steps, whose groups they train again (a second series on the charts, counted stale twice)."""
     latest_version: int = 0
     records: int = 0
 
@@ -173,6 +179,8 @@ class Board:
                 if ep.reward is not None:
                     rewards = self.group_rewards.get(event.group_id) or []
                     _bounded(self.group_rewards, event.group_id, [*rewards, ep.reward])
+            case TrainStep(retrain_of=source) if source:
+                self._retrained(event)
             case TrainStep():
                 m = event.metrics
                 self.steps.append(
@@ -215,6 +223,19 @@ class Board:
                     _bounded(
                         self.learn_runs, run, {**self.learn_runs.get(run, {}), name: kept}, LEARN_RUNS_KEPT
                     )
+
+    def _retrained(self, step: TrainStep) -> None:
+        run = self.retrains.get(step.run_id) or {
+            "run_id": clip(step.run_id),
+            "retrain_of": clip(step.retrain_of),
+            "steps": {},
+        }
+        figures = {"loss": step.loss} | {
+            k: step.metrics.get(k) for k in ("kl", "clip_fraction", "grad_norm", "logprob_gap")
+        }
+        if len(run["steps"]) < RETRAIN_STEPS_KEPT:
+            run["steps"].setdefault(step.step, figures)  # a re-published step is the same step
+        _bounded(self.retrains, step.run_id, run, RETRAINS_KEPT)
 
     def _stale(self, trained_version: int, issued_version: int) -> None:
         """A group trained into ``trained_version`` (by weights one version older) from work issued under
@@ -290,6 +311,10 @@ class Board:
             "tasks": self.by_task(),
             "evals": sorted(self.evals.values(), key=lambda e: (e["created_at"], e["run_id"]))[-20:],
             "learn": self.learn_tables(),
+            "retrains": [
+                {**r, "steps": [{"step": k, **f} for k, f in sorted(r["steps"].items())]}
+                for r in self.retrains.values()
+            ],
             "episodes": [
                 {"episode_id": e.episode_id, "task": e.task, "calls": len(e.calls), "verdict": e.verdict}
                 for e in reversed(self.episodes.values())

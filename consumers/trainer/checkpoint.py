@@ -74,12 +74,7 @@ def save(
     checkpoint.optimizer = f"optimizer-v{checkpoint.version}.pt"
     torch.save(optimizer, directory / (checkpoint.optimizer + ".tmp"))
     os.replace(directory / (checkpoint.optimizer + ".tmp"), directory / checkpoint.optimizer)
-    tmp = directory / (FILE + ".tmp")
-    with tmp.open("wb") as f:
-        f.write(msgspec.json.encode(checkpoint))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, directory / FILE)
+    commit(directory, checkpoint)
     keep = {checkpoint.weights, checkpoint.optimizer, FILE}
     for path in directory.iterdir():
         if path.name in keep or not path.name.startswith(("weights-v", "optimizer-v")):
@@ -87,6 +82,16 @@ def save(
         if path.name.startswith("weights-v") and retained(path.name, checkpoint.version, keep_versions):
             continue
         shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def commit(directory: Path, checkpoint: Checkpoint) -> None:
+    """Write ``checkpoint.json`` durably, by atomic rename: the files it names must be written already."""
+    tmp = directory / (FILE + ".tmp")
+    with tmp.open("wb") as f:
+        f.write(msgspec.json.encode(checkpoint))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, directory / FILE)
 
 
 def weights_name(version: int) -> str:

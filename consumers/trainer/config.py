@@ -28,6 +28,24 @@ def device_error(backend: str, device: str) -> str | None:
     return None
 
 
+def replay_error(config: TrainerConfig) -> str | None:
+    """What is wrong with a re-training's settings (``retrain_of``, the step range), if anything."""
+    if (config.retrain_of or config.rejudge) and not config.replay_batches_from:
+        return "trainer.retrain_of, trainer.rejudge: need trainer.replay_batches_from (where the steps are recorded)"
+    if config.retrain_of == config.run_id:
+        return (
+            f"trainer.retrain_of: {config.run_id!r} is this trainer's own run: a retrain runs under a new id"
+        )
+    if config.replay_from_step < 1 or config.replay_to_step < 0:
+        return "trainer.replay_from_step, trainer.replay_to_step: >= 1 and >= 0 (0: the last recorded step)"
+    if config.replay_to_step and config.replay_to_step < config.replay_from_step:
+        return (
+            f"trainer.replay_to_step: {config.replay_to_step} is before replay_from_step "
+            f"{config.replay_from_step}"
+        )
+    return None
+
+
 class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The trainer: what it trains, on which groups, and where it publishes weights."""
 
@@ -115,6 +133,19 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     the run first trained on. The trainer then takes each step's groups as that run's ``TrainStep``
     records list them, in their order (not as they complete), and stops after its last recorded step;
     empty: batches are taken as groups complete."""
+    retrain_of: str = ""
+    """With ``replay_batches_from``: the run whose recorded steps this one trains again (``cua-stream
+    retrain``): it trains that run's episodes, not its own, and marks its records as a retrain of it;
+    empty: its own run's (a replayed range)."""
+    replay_from_step: int = 1
+    """With ``replay_batches_from``: the first recorded step to train again (the checkpoint starts at
+    the step before it)."""
+    replay_to_step: int = 0
+    """With ``replay_batches_from``: the last recorded step to train again (0: the run's last)."""
+    rejudge: bool = False
+    """With ``replay_batches_from``: a recorded step's group this trainer drops under its own rules is left
+    out of the step (its ``GroupDropped`` says why; a step left with none changes no weight) instead of
+    stopping the re-training (``cua-stream retrain --rejudge``)."""
     blob_dir: str = ""
     """The blob store the gateway writes screenshots to (a directory or ``s3://bucket/prefix``); empty:
     ``<state dir>/blobs``."""
@@ -188,11 +219,17 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                 "trainer.replay_batches_from: a re-training trains the replayed groups; trainer.tasks must be "
                 "empty (it would issue new work)"
             )
-        if self.replay_batches_from and self.replay_batches_from == self.bus.topic_prefix:
+        if (
+            self.replay_batches_from
+            and self.replay_batches_from == self.bus.topic_prefix
+            and not self.retrain_of
+        ):
             raise ConfigError(
                 f"trainer.replay_batches_from: {self.replay_batches_from!r} is the prefix this trainer "
                 "trains on: give the original run's prefix, the replay's as bus.topic_prefix"
             )
+        if error := replay_error(self):
+            raise ConfigError(error)
         for sink in self.metrics_sinks:
             try:
                 SinkSpec.parse(sink)
@@ -239,6 +276,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         return sampling_of(
             self.temperature, self.max_new_tokens, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p
         )
+
+    @property
+    def episodes_run(self) -> str:
+        """The run whose episodes this trainer trains: its own, or the one it retrains."""
+        return self.retrain_of or self.run_id
 
     @property
     def episodes_per_step(self) -> int:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 
 import anyio
@@ -48,10 +48,12 @@ from consumers.trainer.grpo import (
 from consumers.trainer.intake import READS, Intake
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
+from consumers.trainer.loss import LossStats
 from consumers.trainer.megatron_vl_backend import MegatronVLBackend
 from consumers.trainer.metrics import TrainerMetrics
-from consumers.trainer.rerun import recorded_batches
+from consumers.trainer.rerun import recorded_batches, start_error
 from consumers.trainer.schedule import warmup_lr
+from consumers.trainer.settings import settings_record
 from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
 from consumers.trainer.step_record import describe_step, policy_version, token_staleness, train_step
@@ -63,7 +65,6 @@ from cua_stream.bus.producer import EventProducer
 from cua_stream.errors import ConfigError, EngineUnreachable
 from cua_stream.events import Event, GroupDropped, TrainStep
 from cua_stream.identity import group_id_of, index_of
-from cua_stream.lifecycle import Notify, freeze_startup_heap, stop_on_signal
 from cua_stream.metrics import serve_metrics
 from cua_stream.tasks.refs import task_ref
 from cua_stream.topics import TRAIN_STEPS, WORK
@@ -100,6 +101,8 @@ class Trainer:
         self.state = TrainerState()
         self.recorded: dict[int, tuple[str, ...]] | None = None
         """With ``replay_batches_from``: step number → the groups the original run's step took."""
+        self.source_settings: Mapping[str, object] | None = None
+        """With ``retrain_of``: the settings the original run trained those steps with (None: unrecorded)."""
         self.metrics_port: int | None = None
         self._inputs: Follower | None = None
         """Its input reader while it reads (for the consumer-lag sampler)."""
@@ -122,6 +125,8 @@ class Trainer:
             raise ConfigError(
                 f"trainer.checkpoint_dir {self.dir} holds run {saved.run_id!r}, not {self.config.run_id!r}"
             )
+        if error := start_error(self.recorded, saved.step, self.dir):
+            raise ConfigError(error)
         megatron = self.config.backend == "megatron"
         backend = (partial(MegatronVLBackend, device=self.config.device) if megatron else TorchBackend)(
             self.config.model_path,
@@ -148,9 +153,7 @@ class Trainer:
         """Train until ``stop`` is set or ``max_steps`` steps are done; ready once it is reading."""
         stop = stop or anyio.Event()
         if self.config.replay_batches_from:
-            self.recorded = await recorded_batches(
-                self.config.bus, self.config.replay_batches_from, self.config.run_id
-            )
+            self.recorded, self.source_settings = await recorded_batches(self.config)
         saved, backend = await anyio.to_thread.run_sync(self._load)
         self.backend = backend
         try:
@@ -177,6 +180,10 @@ class Trainer:
                 if saved.weights and await self.engine.served(http) != str(saved.version):
                     await self.engine.push(http, self.dir / saved.weights, saved.version)
                 await reconcile(self.config.bus, producer, saved.pending)
+                record = settings_record(
+                    self.config, step=saved.step, now=self.clock(), source=self.source_settings
+                )
+                await producer.publish(TRAIN_STEPS, record)  # what trains from here: each start says it
                 await anyio.to_thread.run_sync(self.sinks.write_pending, saved.pending)
                 st.issued = max(saved.issued, await issued_in_log(self.config, producer, set(saved.decided)))
                 await self._loop(producer, http, saved, stop, task_status)
@@ -193,7 +200,8 @@ class Trainer:
     ) -> None:
         cfg, st = self.config, self.state
         names = [self.topics.name_of(s) for s in READS]
-        join = Join(cfg.run_id, cfg.group_size, names[:2], decided=saved.decided)
+        only = None if self.recorded is None else {g for step in self.recorded.values() for g in step}
+        join = Join(cfg.episodes_run, cfg.group_size, names[:2], decided=saved.decided, only=only)
         for k in range(st.issued):
             if group_id_of(cfg.run_id, k) not in join.decided:
                 join.expect(group_id_of(cfg.run_id, k), self.clock())
@@ -225,7 +233,7 @@ class Trainer:
                     for queued, detail in stale:
                         self._drop(join, queued.group, drop(DropReason.STALE, detail))
                     batch, st.queue = self._take(st.queue, join)
-                    if not batch:
+                    if batch is None:
                         break
                     await self._step(batch, join, positions, producer, http)
                     if self._done():
@@ -241,18 +249,21 @@ class Trainer:
             self.recorded is not None and step >= max(self.recorded)
         )
 
-    def _take(self, queue: list[Queued], join: Join) -> tuple[list[Queued], list[Queued]]:
-        """The next step's batch from the queue (empty: none yet), and the queue left. A re-training
+    def _take(self, queue: list[Queued], join: Join) -> tuple[list[Queued] | None, list[Queued]]:
+        """The next step's batch from the queue (None: none yet), and the queue left. A re-training
         whose recorded step lists a group it dropped stops there: it would wait for it forever, and the
-        drop is the difference it was run to find."""
+        drop is the difference it was run to find; unless it rejudges (``rejudge``): the step goes on
+        without it (empty if it lost every group)."""
         if self.recorded is None:
             ready = [ReadyGroup(q.group.group_id, len(q.decision.advantages)) for q in queue]
             take = next_batch(ready, self.config.episodes_per_step)
-            return queue[:take], queue[take:]
+            return queue[:take] or None, queue[take:]
         wanted = self.recorded.get(self.state.step + 1, ())
-        picked = recorded_batch([q.group.group_id for q in queue], wanted, join.decided)
+        picked = recorded_batch(
+            [q.group.group_id for q in queue], wanted, join.decided, rejudge=self.config.rejudge
+        )
         if picked is None:
-            return [], queue
+            return None, queue
         return [queue[i] for i in picked], [q for i, q in enumerate(queue) if i not in picked]
 
     # -- decisions --------------------------------------------------------------------------------------
@@ -352,7 +363,8 @@ class Trainer:
         self._timings["wait_s"] = started - self._waiting_since  # no batch to train (judging included)
         self._lr = warmup_lr(self.config.lr, st.step, self.config.lr_warmup_steps)
         self.backend.set_lr(self._lr)
-        stats = await anyio.to_thread.run_sync(self.backend.step, items)
+        nothing = StepStats.of(items, LossStats(0.0, 0.0, 0.0, 0))  # a rejudged step left with no group
+        stats = await anyio.to_thread.run_sync(self.backend.step, items) if items else nothing
         if (pad := self.config.min_step_s - (time.perf_counter() - started)) > 0:
             await anyio.sleep(pad)  # a benchmark's fixed step time (trainer.min_step_s)
         self._timings["train_s"] = time.perf_counter() - started
@@ -391,7 +403,7 @@ class Trainer:
             step = train_step(
                 cfg.run_id, step=st.step, version=st.version, batch=batch, stats=stats, lr=self._lr,
                 timings=self._timings, stale_tokens=self._stale_tokens, masked_stale_tokens=self._masked_stale,
-                finished_at=self.clock(),
+                finished_at=self.clock(), retrain_of=cfg.retrain_of,
             )  # fmt: skip
             outputs += [step, policy_version(step, str(self.dir / weights), self.clock())]
         outputs += st.drops
@@ -426,24 +438,3 @@ class Trainer:
 
 def _log_step(step: TrainStep) -> None:
     log.info("step %d: %s", step.step, describe_step(step))
-
-
-async def serve(
-    config: TrainerConfig,
-    *,
-    on_ready: Callable[[int | None], object] = lambda port: None,
-    on_step: Callable[[TrainStep], object] | None = None,
-) -> None:
-    """The process entry: SIGTERM or SIGINT stops after the step in hand, with a final checkpoint."""
-    stop = anyio.Event()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signal, stop, "trainer")
-        trainer = Trainer(config, on_step=on_step)
-
-        def ready() -> None:
-            frozen = freeze_startup_heap()  # the model and torch loaded: out of the collector's way
-            log.debug("trainer ready; %d startup objects frozen", frozen)
-            on_ready(trainer.metrics_port)
-
-        await trainer.run(stop=stop, task_status=Notify(ready))
-        tg.cancel_scope.cancel()

@@ -248,15 +248,26 @@ def next_batch(ready: Sequence[ReadyGroup], episodes_per_step: int, *, flush: bo
 
 
 def recorded_batch(
-    queued: Sequence[str], wanted: Sequence[str], decided: Collection[str] = frozenset()
+    queued: Sequence[str],
+    wanted: Sequence[str],
+    decided: Collection[str] = frozenset(),
+    *,
+    rejudge: bool = False,
 ) -> list[int] | None:
     """Where in ``queued`` (group ids, in queue order) the groups of a recorded step (``wanted``, in its
     order) are, in that order; None until every one of them is queued. A re-training run
     (``trainer.replay_batches_from``) takes its batches so, not as they happen to complete: the groups of
     a replayed range are all on the log at once, and a live run batched them as they arrived.
     ReplayDiverged if one of them is ``decided`` but not queued: the re-training dropped it, and would
-    wait for it forever (the drop is the difference it was run to find)."""
+    wait for it forever (the drop is the difference it was run to find). With ``rejudge`` (a retrain whose
+    groups are decided again under its own rules) such a group is left out of the step instead: the step
+    takes the others, or none (an empty list) when every one of them was dropped."""
     at = {group_id: i for i, group_id in enumerate(queued)}
+    if not wanted:
+        return None  # past the recorded run's last step
+    if rejudge:
+        wanted = [g for g in wanted if not (g in decided and g not in at)]
+        return [at[g] for g in wanted] if all(g in at for g in wanted) else None
     if dropped := [g for g in wanted if g in decided and g not in at]:
         raise ReplayDiverged(
             f"re-training: the recorded step trained {', '.join(dropped)}, which this trainer dropped (its "

@@ -18,7 +18,7 @@ rebuilds the open groups exactly; groups already decided (kept in the checkpoint
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from cua_stream.bus.codec import Delivery
@@ -56,9 +56,16 @@ class GroupState:
 
 class Join:
     def __init__(
-        self, run_id: str, group_size: int, call_topics: Iterable[str], decided: Iterable[str] = ()
+        self,
+        run_id: str,
+        group_size: int,
+        call_topics: Iterable[str],
+        decided: Iterable[str] = (),
+        only: Collection[str] | None = None,
     ) -> None:
         self.run_id = run_id
+        self.only = only
+        """A re-training's groups (those of the recorded steps it trains): the others are skipped."""
         self.group_size = group_size
         self.call_topics = tuple(call_topics)
         self.decided: set[str] = set(decided)
@@ -73,7 +80,7 @@ class Join:
         event = delivery.event
         if not isinstance(event, (CallRecord, ScoreEvent)) or event.run_id != self.run_id:
             return None
-        if event.group_id in self.decided:
+        if event.group_id in self.decided or (self.only is not None and event.group_id not in self.only):
             return None
         group = self.expect(event.group_id, now)
         group.partition = delivery.partition

@@ -36,6 +36,7 @@ def train_step(
     finished_at: float,
     stale_tokens: Mapping[int, int] | None = None,
     masked_stale_tokens: int = 0,
+    retrain_of: str = "",
 ) -> TrainStep:
     return TrainStep(
         run_id=run_id,
@@ -66,6 +67,7 @@ def train_step(
             for episode_id in q.decision.advantages
             if (score := q.group.episodes[episode_id].score) is not None
         },
+        retrain_of=retrain_of,
     )
 
 

@@ -54,6 +54,8 @@ SUBCOMMANDS: dict[str, str] = {
     "eval": "cua_stream.cli.eval:eval_",
     "inspect": "cua_stream.cli.inspect:app",
     "tasks": "cua_stream.cli.tasks:app",
+    "retrain": "cua_stream.cli.retrain:retrain",
+    "runs": "cua_stream.cli.runs:app",
 }
 
 

@@ -61,7 +61,7 @@ def trainer(
     import anyio
 
     from consumers.trainer.config import trainer_config
-    from consumers.trainer.daemon import serve
+    from consumers.trainer.entry import serve
     from cua_stream.tasks.refs import expand_tasks
 
     set_log_level(log_level)

@@ -21,6 +21,7 @@ from cua_stream.events import (
     SummaryEvent,
     TaskRef,
     TokenIds,
+    TrainerSettings,
     TrainStep,
     TurnEvent,
     VersionSpan,
@@ -128,6 +129,14 @@ SAMPLES: dict[str, Event] = {
         value=b"\xc1",
         headers=(("run_id", b"run-7"),),
         at=3.0,
+    ),
+    "trainer_settings": TrainerSettings(
+        run_id="run-8",
+        settings={"model_path": "/models/tiny", "lr": 0.01, "kl_coef": 0.3, "tis_clip": None, "tasks": []},
+        step=4,
+        retrain_of="run-7",
+        changed={"kl_coef": 0.3},
+        started_at=1700000200.5,
     ),
     "eval_report": EvalReport(
         run_id="eval-7",

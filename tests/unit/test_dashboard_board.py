@@ -51,6 +51,25 @@ def test_staleness_is_the_same_whichever_topic_is_read_first() -> None:
     assert results == {((0, 2), (1, 1))}  # g0 and g2 trained on the next version; g1 one version late
 
 
+def test_a_retrains_steps_are_kept_apart_from_the_live_ones() -> None:
+    """A retrain (``cua-stream retrain``) trains the live run's groups again: its steps are not a second
+    series on the live charts, not counted stale again, not where an episode was trained; they are shown
+    as the retrain's own figures."""
+    retrained = [msgspec.structs.replace(step(n, n - 1), run_id="r-kl", retrain_of="r", loss=0.5 * n,
+                                         metrics={"kl": 0.1, "grad_norm": 2.0}) for n in (1, 2)]  # fmt: skip
+    b = Board()
+    for r in [work(0, 0), work(1, 0), step(1, 0), *retrained, step(2, 1), retrained[0]]:
+        b.add(r)
+    summary = b.summary()
+    assert [(s["run_id"], s["step"]) for s in summary["steps"]] == [("r", 1), ("r", 2)]
+    assert dict(b.staleness) == {0: 1, 1: 1} and b.group_steps["g0"].run_id == "r"
+    assert summary["retrains"] == [{
+        "run_id": "r-kl", "retrain_of": "r",
+        "steps": [{"step": 1, "loss": 0.5, "kl": 0.1, "clip_fraction": None, "grad_norm": 2.0, "logprob_gap": None},
+                  {"step": 2, "loss": 1.0, "kl": 0.1, "clip_fraction": None, "grad_norm": 2.0, "logprob_gap": None}],
+    }]  # fmt: skip
+
+
 def test_each_steps_reward_by_task_whichever_topic_is_read_first() -> None:
     def scored(g: int, value: float) -> ScoreEvent:
         return ScoreEvent(run_id="r", group_id=f"g{g}", episode_id=f"g{g}-e0", verdict=Reward(value=value),

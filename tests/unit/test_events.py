@@ -33,7 +33,7 @@ from cua_stream.topics import EVALS
 from tests.unit.samples import SAMPLES
 
 GOLDEN = Path(__file__).parent.parent / "golden"
-FIRST_WRITTEN = {"eval_report": "v4"}
+FIRST_WRITTEN = {"eval_report": "v4", "trainer_settings": "v5"}
 """The golden folder of each record type that came after v1 (its first bytes; the later folders' files
 are new fields of older types)."""
 
@@ -188,6 +188,14 @@ def test_golden_bytes_from_v3_decode_with_their_new_fields() -> None:
     work = decode((GOLDEN / "v3" / "work_request.msgpack").read_bytes())
     assert work == msgspec.structs.replace(SAMPLES["work_request"], teacher="oracle", seed=7)
     assert decode((GOLDEN / "v1" / "work_request.msgpack").read_bytes()).teacher is None
+
+
+def test_golden_bytes_from_v5_decode_with_their_new_fields() -> None:
+    """v5 added ``TrainStep.retrain_of`` (the run a ``cua-stream retrain`` step trained again); a step
+    written before it is a step of live training."""
+    step = decode((GOLDEN / "v5" / "train_step.msgpack").read_bytes())
+    assert step == msgspec.structs.replace(SAMPLES["train_step"], retrain_of="run-6", attempts={"ep-1": 0})
+    assert decode((GOLDEN / "v1" / "train_step.msgpack").read_bytes()).retrain_of == ""
 
 
 def _forged_report(change: Callable[[dict[str, Any]], None]) -> bytes:

@@ -96,6 +96,13 @@ def test_a_retraining_takes_the_recorded_batches_in_their_order() -> None:
         recorded_batch(["g3"], ("g2", "g3"), decided={"g1", "g2"})  # g2 decided, not queued: dropped
 
 
+def test_a_rejudging_retrain_leaves_the_groups_it_dropped_out_of_their_step() -> None:
+    assert recorded_batch(["g3", "g1"], ("g1", "g2", "g3"), {"g2"}, rejudge=True) == [1, 0]
+    assert recorded_batch(["g1"], ("g1", "g2", "g3"), {"g2"}, rejudge=True) is None  # g3 not judged yet
+    assert recorded_batch([], ("g2",), {"g2"}, rejudge=True) == []  # every group dropped: an empty step
+    assert recorded_batch(["g1"], (), rejudge=True) is None  # past the recorded run's last step
+
+
 def test_a_retraining_config_is_checked_naming_the_field(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
     base = {"run_id": "r", "model_path": str(tmp_path), "bus": BusConfig(topic_prefix="replay")}

@@ -40,6 +40,10 @@ def _msg(name: str, ev: Event | None = None) -> ConsumerRecord:
         ("policy_version", "policy_version v=5 step=5 weights=/ckpt/5"),
         ("train_step", "train_step step=5 v=5 groups=4 episodes=32 samples=40 loss=0.1250"),
         ("dead_letter", "dead_letter undecodable from cua.turns[1]@42: bad msgpack"),
+        (
+            "trainer_settings",
+            "trainer_settings from step=5 settings=5 retrain_of=run-7 changed={'kl_coef': 0.3}",
+        ),
     ],
 )
 def test_one_readable_line_per_event(name: str, expected: str) -> None:

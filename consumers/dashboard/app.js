@@ -74,6 +74,7 @@ function render(s) {
     el("td", {}, t), el("td", {}, r.scored), el("td", {}, fixed(r.mean_reward, 3)), el("td", {}, r.discarded))));
   fill($("evals").tBodies[0], s.evals.slice().reverse().flatMap(evalRows));
   renderLearn($("learn").tBodies[0], s.learn);
+  renderRetrains($("retrains").tBodies[0], s.retrains || [], s.steps);
   fill($("episodes"), s.episodes.map((e) => el("li", { data: { id: e.episode_id } },
     `${e.episode_id} `, el("span", { class: "muted" }, `${e.task} · ${e.calls} calls · ${e.verdict || "running"}`))));
 }
@@ -118,6 +119,29 @@ function renderLearn(body, runs) {
     if (r.tasks_total > shown) rows.push(notice(`${r.run}: showing ${shown} of ${r.tasks_total} tasks`, 2 + STAGES.length));
     return rows;
   }));
+}
+
+// Each retrain's steps (`cua-stream retrain`), a row each, with the retrained run's own step under it where
+// the board holds it (its recent steps): what the changed settings did to the same batch.
+const RETRAIN_FIGURES = [["loss", 4, fixed], ["kl", 4, fixed], ["clip_fraction", 3, fixed],
+  ["grad_norm", 3, fixed], ["logprob_gap", 2, expo]];
+const figure = (v, digits, format) => (v === null || v === undefined ? "—" : format(v, digits));
+
+function renderRetrains(body, retrains, steps) {
+  if (!retrains.length) {
+    fill(body, [el("tr", {}, el("td", { class: "muted", colspan: 2 + RETRAIN_FIGURES.length }, "no retrain yet"))]);
+    return;
+  }
+  const source = new Map(steps.map((r) => [`${r.run_id} ${r.step}`, r]));
+  fill(body, retrains.flatMap((r) => r.steps.flatMap((st, i) => {
+    const row = el("tr", {}, el("td", {}, i === 0 ? `${r.run_id} (of ${r.retrain_of})` : ""), el("td", {}, st.step));
+    for (const [k, digits, format] of RETRAIN_FIGURES) row.append(el("td", {}, figure(st[k], digits, format)));
+    const was = source.get(`${r.retrain_of} ${st.step}`);
+    if (!was) return [row];
+    const under = el("tr", { class: "muted" }, el("td", {}, ""), el("td", {}, `${r.retrain_of}`));
+    for (const [k, digits, format] of RETRAIN_FIGURES) under.append(el("td", {}, figure(was[k], digits, format)));
+    return [row, under];
+  })));
 }
 
 function drawCharts(s) {

@@ -191,6 +191,9 @@ class Board:
                         "mean_reward": m.get("mean_reward", 0.0),
                         "logprob_gap": m.get("logprob_gap", 0.0),
                         "grad_norm": m.get("grad_norm", 0.0),
+                        "loss": event.loss,  # with kl and clip_fraction: beside a retrain of the step
+                        "kl": m.get("kl"),
+                        "clip_fraction": m.get("clip_fraction"),
                         "episodes": event.n_episodes,
                         "finished_at": event.finished_at,
                         "group_ids": list(event.group_ids),

@@ -43,7 +43,7 @@ const sizes = Object.fromEntries(["verdicts", "evals", "learn", "episodes"].map(
   [id, (ids[id].tBodies[0] || ids[id]).children.length + ids[id].children.length]));
 const notices = Object.values(ids).flatMap((n) => [n, ...n.tBodies]).flatMap((n) => n.children)
   .filter((tr) => tr.className.includes("notice")).map((tr) => tr.textContent);
-console.log(JSON.stringify({ learn: rows("learn").slice(0, 100), source: ids.source.textContent, sizes, notices }));
+console.log(JSON.stringify({ learn: rows("learn").slice(0, 100), retrains: rows("retrains").slice(0, 100), source: ids.source.textContent, sizes, notices }));
 """
 
 
@@ -131,3 +131,29 @@ def test_the_page_renders_a_summary_of_any_size() -> None:
     summary["episodes"] = [{"episode_id": f"e{i}", "task": "t", "calls": 1, "verdict": ""} for i in range(n)]
     shown = rendered(summary)
     assert shown["sizes"] == {"verdicts": n, "evals": n, "learn": 1, "episodes": n}
+
+
+def test_the_retrains_panel_puts_each_retrained_step_beside_the_same_step_of_its_run() -> None:
+    from cua_stream.events import TrainStep
+
+    def step(run: str, n: int, loss: float, of: str = "") -> TrainStep:
+        return TrainStep(run_id=run, step=n, policy_version=n, n_groups=1, n_episodes=4, n_samples=4, loss=loss,
+                         metrics={"kl": 0.01 * n, "clip_fraction": 0.5, "grad_norm": 2.0, "logprob_gap": 0.001},
+                         finished_at=1.0, retrain_of=of)  # fmt: skip
+
+    board = Board()
+    assert rendered(board.summary())["retrains"] == [
+        {"class": "", "cells": ["no retrain yet"], "colspan": ["7"]}
+    ]
+    for event in (
+        step("r1", 1, 0.25),
+        step("r1", 2, 0.5),
+        step("r2", 1, 0.125, "r1"),
+        step("r2", 3, 1.0, "r1"),
+    ):
+        board.add(event)
+    assert rendered(board.summary())["retrains"] == [
+        {"class": "", "cells": ["r2 (of r1)", "1", "0.1250", "0.0100", "0.500", "2.000", "1.00e-3"], "colspan": [None] * 7},
+        {"class": "muted", "cells": ["", "r1", "0.2500", "0.0100", "0.500", "2.000", "1.00e-3"], "colspan": [None] * 7},
+        {"class": "", "cells": ["", "3", "1.0000", "0.0300", "0.500", "2.000", "1.00e-3"], "colspan": [None] * 7},
+    ]  # fmt: skip  # r1's step 3 is not on the board: no row under it

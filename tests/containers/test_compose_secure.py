@@ -22,7 +22,7 @@ from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.containers import images, local_compose, secure_compose, service_images
 from cua_stream.containers.dockerd import DockerHome
-from cua_stream.errors import BusRefused, BusUnavailable
+from cua_stream.errors import BusRefused
 from cua_stream.topics import SCORES
 from tests.conftest import free_port
 from tests.containers.test_compose_up import Deployment, nothing_lost, wait_for_steps
@@ -75,9 +75,9 @@ async def test_the_secured_compose_trains_as_each_role_and_refuses_the_rest(
     log = await nothing_lost(admin, run_id)
     assert [s.step for s in log.steps] == [1, 2, 3] and [v.version for v in log.policy] == [1, 2, 3]
 
-    # a plaintext client gets no answer from the TLS listener
+    # a plaintext client is told the listener speaks TLS and wants SASL_SSL, not "broker down"
     plain = BusConfig(bootstrap_servers=bootstrap, topic_prefix="cua", connect_timeout_s=3)
-    with pytest.raises(BusUnavailable):
+    with pytest.raises(BusRefused, match="requires SASL_SSL"):
         async with EventProducer(plain):
             pass
     # the producer's principal may not write scores (only the scorer may): refused, nothing written

@@ -30,6 +30,7 @@ from cua_stream.cli._stack import (
     engine_and_gateway,
     episode_producer,
     out,
+    require_playable,
     teacher_stack,
 )
 from cua_stream.config import BusConfig, build, state_dir
@@ -67,7 +68,11 @@ def eval_(
     ] = 2,
     first_seed: Annotated[int, typer.Option(help="Index of the first layout in the evaluation range.")] = 0,
     policy: Annotated[
-        str, typer.Option(help="A scripted policy (oracle, nothing, idle) playing the bundled tasks.")
+        str,
+        typer.Option(
+            help="A scripted policy: oracle (the bundled tasks' oracle, the MiniWoB++ teacher), nothing, "
+            "idle or random (uniform clicks)."
+        ),
     ] = "",
     model_path: Annotated[
         Path | None,
@@ -345,7 +350,6 @@ def _plan(
     *, need_model: bool = True,
 ) -> EvalPlan:  # fmt: skip
     """The options checked, each bad one named."""
-    from cua_stream.tasks import TASKS
     from cua_stream.tasks.policy_server import POLICIES
 
     if policy and policy not in POLICIES:
@@ -370,9 +374,8 @@ def _plan(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--seeds/--first-seed") from None
     plan = EvalPlan(tasks=tuple(chosen), samples=samples, seeds=tuple(layouts))
-    if policy and (unplayable := plan.unplayable(TASKS)):
-        raise typer.BadParameter(f"the scripted policies play only the bundled tasks, not {unplayable}",
-                                 param_hint="--tasks")  # fmt: skip
+    if policy:
+        require_playable(policy, [t.name for t in plan.tasks], "--tasks")
     return plan
 
 

@@ -1,0 +1,100 @@
+"""The MiniWoB++ teacher on real pages in a real headless Chromium, without a desktop: each solver, played
+on a shadow page alone, earns the page's own reward; and ``cua-stream policies`` (its app under uvicorn,
+its browser started by its lifespan) answers a computer-1 conversation of ``miniwob/<name>`` with
+clicks placed where the screenshot it is sent shows the task's frame, the text to type once the field is
+focused, then done twice: its shadow page follows the episode by replaying its own earlier replies."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+
+from cua_stream.devtools import headless_chromium
+from cua_stream.tasks.miniwob.screen import Frame, to_grid
+from cua_stream.tasks.miniwob.shadow import Shadow
+from cua_stream.tasks.miniwob.solvers import SOLVERS
+from cua_stream.tasks.miniwob.teacher import rehearse
+from cua_stream.tasks.policy_server import create_app
+from tests.conftest import free_port
+from tests.integration.gateway_servers import serving
+from tests.unit.test_miniwob_teacher import screenshot
+from tests.unit.test_policy_server import data_url
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.timeout(600)]
+
+PLAYED = ("click-test-2", "click-checkboxes", "click-tab-2", "enter-text", "login-user", "navigate-tree",
+          "click-menu", "simple-arithmetic")  # fmt: skip
+SEEDS = (21, 22)
+DESKTOP = (800, 600)
+FRAME = Frame(240, 107, 320)
+
+
+async def test_each_solver_earns_the_pages_own_reward_on_a_shadow_page() -> None:
+    async with headless_chromium() as browser:
+        for name in PLAYED:
+            for seed in SEEDS:
+                done = await rehearse(browser, name, seed)
+                assert done.raw == 1.0 and done.moves, (name, seed, done)
+
+
+def png_of_desktop() -> str:
+    """A screenshot as computer-1 sends it: the 800x600 desktop at 800x608, the frame at ``FRAME``."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(screenshot(FRAME.left, FRAME.top)).save(buf, format="PNG")
+    return data_url(buf.getvalue())
+
+
+def conversation(replies: list[str]) -> dict[str, Any]:
+    """computer-1's messages after ``replies``: its prompt (naming the desktop), then a screenshot after
+    each reply."""
+    prompt = f"... The display is {DESKTOP[0]}x{DESKTOP[1]} pixels. ..."
+    shot = {"type": "image_url", "image_url": {"url": png_of_desktop()}}
+    messages: list[dict[str, Any]] = [{"role": "user", "content": [{"type": "text", "text": prompt}, shot]}]
+    for reply in replies:
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": [shot]}]
+    return {"model": "teacher", "messages": messages}
+
+
+async def test_the_policy_server_teaches_an_episode_through_its_route() -> None:
+    name, seed = "enter-text", 5
+    async with headless_chromium() as browser:  # where the page's field and button are, read apart
+        shadow = await Shadow.open(browser, name, seed)
+        snap = await shadow.snapshot()
+        await shadow.close()
+    field, submit, said = snap.by_id("tt"), snap.by_id("subbtn"), snap.find("span")[0].own
+    assert field is not None and submit is not None and field.point and submit.point
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(), port=port, log_level="warning"))
+    url = f"http://127.0.0.1:{port}/policies/oracle/miniwob/{name}/{seed}/v1/chat/completions"
+    replies: list[str] = []
+    actions = []
+    with serving(server), anyio.fail_after(300):
+        async with httpx.AsyncClient(timeout=120) as http:
+            for _ in range(5):
+                r = await http.post(url, json=conversation(replies))
+                assert r.status_code == 200, r.text
+                replies.append(r.json()["choices"][0]["message"]["content"])
+                actions.append(json.loads(replies[-1])["action"])
+    at = lambda point: to_grid(*FRAME.pixel(*point), DESKTOP)  # noqa: E731
+    assert actions == [
+        {"type": "click", "x": at(field.point)[0], "y": at(field.point)[1]},
+        {"type": "type", "text": said},
+        {"type": "click", "x": at(submit.point)[0], "y": at(submit.point)[1]},
+        {"type": "done", "result": "done"},
+        {"type": "done", "result": "done"},  # computer-1 asks to confirm
+    ]
+
+
+def test_every_solver_names_a_registered_task() -> None:
+    from cua_stream.tasks.miniwob.suite import installed_suite
+
+    assert set(SOLVERS) <= set(installed_suite().names)

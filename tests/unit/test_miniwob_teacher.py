@@ -314,3 +314,68 @@ def test_the_random_policy_clicks_anywhere_seeded_by_episode_and_turn() -> None:
     clicks = {tuple(random_action("miniwob/click-test", 7, ["r"] * n).values()) for n in range(50)}
     assert len(clicks) == 50 and all(c[0] == "click" and 0 <= c[1] <= GRID_MAX and 0 <= c[2] <= GRID_MAX
                                      for c in clicks)  # fmt: skip
+
+
+def test_shape_descriptions_match_as_the_page_matches_them() -> None:
+    from cua_stream.tasks.miniwob.solvers.pointing import description
+
+    assert description("large red item") == ("large", "red", "item")
+    assert description("7") == ("", "", "7") and description("small circle") == ("small", "", "circle")
+    grid = page("Click on a large red item",
+                el("text", own="Q", attrs={"fill": "red"}, box=(0, 60, 8, 12)),  # small
+                el("circle", id="big-blue", attrs={"fill": "blue"}, box=(40, 60, 20, 20)),
+                el("rect", id="big-red", attrs={"fill": "red"}, box=(80, 60, 20, 20)))  # fmt: skip
+    assert clicked(grid, solve("click-shape", grid)) == "big-red"
+    counted = page("How many small items are there?", el("text", own="Q", attrs={"fill": "red"}, box=(0, 60, 8, 12)),
+                   el("rect", attrs={"fill": "red"}, box=(80, 60, 10, 10)),
+                   el("button", own="2", box=(0, 180, 20, 20)), el("button", own="3", box=(30, 180, 20, 20)))  # fmt: skip
+    assert clicked(counted, solve("count-shape", counted)) == "2"
+
+
+def test_a_slider_is_dragged_from_off_its_handle_to_the_pixel_of_the_value() -> None:
+    from cua_stream.tasks.miniwob.solvers.pointing import Track, slider_drag
+
+    track = Track((10, 100, 78, 8), (12, 104), {"min": 0, "max": 100, "orientation": "horizontal"})
+    move = slider_drag(track, 37)
+    assert move is not None and move.kind == "drag"
+    assert move.x == 86.5 and move.y == 104.5  # the end away from the handle, on the track's middle row
+    pixel = move.end_x - 0.5
+    assert round((pixel - 10) / 78 * 100) == 37 and move.end_x % 1 == 0.5  # a whole pixel's centre
+
+
+def test_guess_number_halves_the_range_using_the_feedback_and_its_own_guesses() -> None:
+    def guessing(history: tuple[Move, ...], feedback: str) -> Snapshot:
+        shown = {f: el("div", id=f, box=(0, 60, 100, 10), covered=f != feedback) for f in ("higher", "lower")}
+        return page("Guess the number between 0-9 and press Submit.", shown["higher"], shown["lower"],
+                    el("input", id="tt", focused=True, value=""), el("button", id="subbtn", own="Submit", box=(0, 150, 60, 30)))  # fmt: skip
+
+    submit = click((30, 165))
+    assert solve("guess-number", guessing((), "")) == type_text("4")
+    typed = (type_text("4"),)
+    assert solve("guess-number", guessing(typed, ""), typed) == submit  # typed, then submitted
+    # 4 was too low, then 7 too high: the range is 5..6
+    history = (type_text("4"), submit, type_text("7"), submit)
+    assert solve("guess-number", guessing(history, "lower"), history) == type_text("5")
+
+
+def test_a_movie_form_is_filled_by_the_label_beside_each_field_whatever_the_layout() -> None:
+    snap = page("Search for comedy movies directed by Smith from year 1999.",
+                el("b", own="comedy", parent=-1), el("b", own="Smith"), el("b", own="1999"),
+                el("div", cls="row", text="Year", box=(0, 60, 160, 20)), el("input", parent=3, value="1999", box=(60, 60, 80, 20)),
+                el("div", cls="row", text="Director Name", box=(0, 90, 160, 20)), el("input", id="who", parent=5, box=(60, 90, 80, 20)),
+                el("div", cls="row", text="Genre", box=(0, 120, 160, 20)), el("input", parent=7, box=(60, 120, 80, 20)),
+                el("button", own="Search", box=(0, 170, 60, 20)))  # fmt: skip
+    assert clicked(snap, solve("multi-layouts", snap)) == "who"
+
+
+def test_a_time_is_typed_segment_by_segment_from_the_first() -> None:
+    def timed(value: str) -> Snapshot:
+        return page("Enter 4:07 PM as the time and press submit.", el("input", id="tt", type="time", value=value, box=(10, 60, 100, 20)),
+                    el("button", id="subbtn", own="Submit", box=(10, 100, 60, 20)))  # fmt: skip
+
+    assert solve("enter-time", timed("")) == click((14, 70))  # the hour segment
+    assert solve("enter-time", timed(""), (click((14, 70)),)) == type_text("0407P")
+    assert (
+        clicked(timed("16:07"), solve("enter-time", timed("16:07"), (click((14, 70)), type_text("0407P"))))
+        == "Submit"
+    )

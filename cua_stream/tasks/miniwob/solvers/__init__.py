@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cua_stream.tasks.miniwob.solvers import clicks, forms
+from cua_stream.tasks.miniwob.solvers import clicks, forms, pointing, widgets
 from cua_stream.tasks.miniwob.solvers.common import History, Solver
 
-SOLVERS: Mapping[str, Solver] = {**clicks.SOLVERS, **forms.SOLVERS}
+SOLVERS: Mapping[str, Solver] = {**clicks.SOLVERS, **forms.SOLVERS, **widgets.SOLVERS, **pointing.SOLVERS}
 """Task name (without ``miniwob/``) → its solver."""
 
 __all__ = ["SOLVERS", "History", "Solver"]

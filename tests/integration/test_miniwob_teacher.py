@@ -98,3 +98,22 @@ def test_every_solver_names_a_registered_task() -> None:
     from cua_stream.tasks.miniwob.suite import installed_suite
 
     assert set(SOLVERS) <= set(installed_suite().names)
+
+
+async def test_the_blind_baseline_is_the_fixed_click_of_one_click_tasks_measured_on_the_page() -> None:
+    """click-test's button moves with the layout: its best fixed click hits it on some layouts and the
+    click there earns the page's reward on the layouts it hits, nothing on the others; enter-text needs
+    typing, so no fixed click is defined."""
+    from cua_stream.tasks.miniwob.blind import blind_baseline, fixed_click, target_map
+
+    async with headless_chromium() as browser:
+        assert await fixed_click(browser, "enter-text", (1, 2)) is None
+        best = await fixed_click(browser, "click-test", (1, 2, 3, 4))
+        assert best is not None and 1 <= best.hits <= 4 and best.layouts == 4
+        maps = [await target_map(browser, "click-test", s) for s in (1, 2, 3, 4)]
+        assert all(m is not None for m in maps)
+        assert sum(bool(m[best.y, best.x]) for m in maps if m is not None) == best.hits  # the hits counted
+        measured = await blind_baseline(browser, "miniwob/click-test", (1, 2, 3, 4), choice=(1, 2, 3, 4))
+    assert measured is not None and measured.click == best
+    won = sum(1 for _, raw in measured.raws if raw == 1.0)
+    assert won == best.hits  # a click where the button is earns 1; elsewhere the page never ends

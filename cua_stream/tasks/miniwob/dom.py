@@ -12,11 +12,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-SNAPSHOT = r"""(function (EXTRA) {
+SNAPSHOT = r"""(function (EXTRA, HIT) {
   var f = document.getElementById("task"), d = f && f.contentDocument, w = f && f.contentWindow;
   if (!d || !d.body) return null;
   var W = d.documentElement.clientWidth, H = d.documentElement.clientHeight;
-  var nodes = Array.prototype.slice.call(d.body.querySelectorAll("*")), index = new Map(), out = [];
+  var nodes = Array.prototype.slice.call(d.body.querySelectorAll("*")), index = new Map(), out = [], kept = [];
   var SKIP = {SCRIPT: 1, STYLE: 1, BR: 1, NOSCRIPT: 1};
   function reaches(el, x, y) {
     if (x < 0 || y < 0 || x >= W || y >= H) return false;
@@ -49,6 +49,7 @@ SNAPSHOT = r"""(function (EXTRA) {
       }
     }
     index.set(el, out.length);
+    kept.push(el);
     out.push({
       tag: el.tagName.toLowerCase(), id: el.id || "", cls: typeof el.className === "string" ? el.className : "",
       text: ((el.innerText !== undefined ? el.innerText : el.textContent) || "").replace(/\s+/g, " ").trim()
@@ -62,15 +63,24 @@ SNAPSHOT = r"""(function (EXTRA) {
   });
   var q = d.getElementById("query"), extra = null;
   if (EXTRA) { try { extra = JSON.parse(JSON.stringify(w.eval(EXTRA))); } catch (e) { extra = null; } }
-  var ended = w.core ? w.core.EP_TIMER === null : true;
+  var ended = w.core ? w.core.EP_TIMER === null : true, hits = null;
+  if (HIT >= 0 && HIT < kept.length) {  // where a click reaches element HIT: a row of 0s and 1s per pixel row
+    hits = [];
+    for (var y = 0; y < H; y++) {
+      var row = "";
+      for (var x = 0; x < W; x++) row += reaches(kept[HIT], x + 0.5, y + 0.5) ? "1" : "0";
+      hits.push(row);
+    }
+  }
   return {utterance: q ? q.innerText.replace(/\s+/g, " ").trim() : "", elements: out, extra: extra,
-          ended: ended, raw: ended && typeof w.WOB_RAW_REWARD_GLOBAL === "number" ? w.WOB_RAW_REWARD_GLOBAL : null};
+          ended: ended, hits: hits, raw: ended && typeof w.WOB_RAW_REWARD_GLOBAL === "number" ? w.WOB_RAW_REWARD_GLOBAL : null};
 })"""
 
 
-def snapshot_script(extra: str | None = None) -> str:
-    """``SNAPSHOT`` called, with ``extra`` (a JavaScript expression read in the task's window) if any."""
-    return f"{SNAPSHOT}({json.dumps(extra)})"
+def snapshot_script(extra: str | None = None, hit: int = -1) -> str:
+    """``SNAPSHOT`` called, with ``extra`` (a JavaScript expression read in the task's window) if any, and
+    with ``hit`` (an element's index) the pixels where a click reaches that element."""
+    return f"{SNAPSHOT}({json.dumps(extra)}, {int(hit)})"
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,8 @@ class Snapshot:
     """Once ended, the page's raw reward (what the wrapper reports to the episode's verifier)."""
     extra: Any = None
     """What the solver's ``extra`` expression read in the task's window (JSON), if it has one."""
+    hits: tuple[str, ...] | None = None
+    """Asked for one element: per pixel row of the page, ``1`` where a click reaches it, else ``0``."""
 
     def __iter__(self) -> Iterator[Element]:
         return iter(self.elements)
@@ -177,7 +189,8 @@ def parse(raw: Mapping[str, Any]) -> Snapshot:
         for i, e in enumerate(raw["elements"])
     )
     return Snapshot(utterance=raw["utterance"], elements=elements, ended=bool(raw["ended"]),
-                    raw=raw.get("raw"), extra=raw.get("extra"))  # fmt: skip
+                    raw=raw.get("raw"), extra=raw.get("extra"),
+                    hits=tuple(raw["hits"]) if raw.get("hits") else None)  # fmt: skip
 
 
 _QUOTED = re.compile(r'"([^"]*)"')

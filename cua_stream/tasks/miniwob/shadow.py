@@ -79,10 +79,11 @@ class Shadow:
     def applied(self) -> int:
         return len(self.history)
 
-    async def snapshot(self, extra: str | None = None) -> Snapshot:
+    async def snapshot(self, extra: str | None = None, hit: int = -1) -> Snapshot:
         """The page's DOM once it is still (two reads ``SETTLE_POLL_S`` apart agree, or ``SETTLE_MAX_S``),
-        with ``extra`` read in the task's window."""
-        script = snapshot_script(extra)
+        with ``extra`` read in the task's window (and, given ``hit``, where a click reaches element
+        ``hit``)."""
+        script = snapshot_script(extra, hit)
         last = await self.tab.evaluate(script)
         deadline = time.monotonic() + SETTLE_MAX_S
         while time.monotonic() < deadline:

@@ -379,3 +379,21 @@ def test_a_time_is_typed_segment_by_segment_from_the_first() -> None:
         clicked(timed("16:07"), solve("enter-time", timed("16:07"), (click((14, 70)), type_text("0407P"))))
         == "Submit"
     )
+
+
+def test_an_email_is_found_by_its_sender_then_acted_on() -> None:
+    def inbox(utterance: str, said: tuple[str, ...]) -> Snapshot:
+        return page(utterance,
+                    el("div", cls="email-thread", box=(2, 73, 155, 42)), el("div", cls="email-sender", own="Darcy", parent=0),
+                    el("span", cls="trash", id="trash-darcy", parent=0, box=(132, 80, 12, 12)),
+                    el("div", cls="email-thread", box=(2, 114, 155, 42)), el("div", cls="email-sender", own="Fidela", parent=3, box=(7, 116, 98, 12)),
+                    el("span", cls="trash", id="trash-fidela", parent=3, box=(132, 122, 12, 12)),
+                    el("span", cls="star", id="star-fidela", parent=3, box=(118, 122, 12, 12)), bold=said)  # fmt: skip
+
+    delete = inbox("Find the email by Fidela and click the trash icon to delete it.", ("Fidela",))
+    assert clicked(delete, solve("email-inbox-delete", delete)) == "trash-fidela"
+    reply = inbox('Find the email by Fidela and reply to them with the text "Ok".', ("Fidela", "Ok"))
+    assert clicked(reply, solve("email-inbox-reply", reply)) == "Fidela"  # the email opened first
+    form = page('Find the email by Fidela and reply to them with the text "Ok".', el("textarea", id="reply-text", focused=True),
+                el("span", id="send-reply", box=(100, 60, 12, 12)), bold=("Fidela", "Ok"))  # fmt: skip
+    assert solve("email-inbox-reply", form) == type_text("Ok")

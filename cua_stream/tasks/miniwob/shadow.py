@@ -42,6 +42,11 @@ SETTLE_MAX_S = 2.0
 """After a move, the DOM is read again until two reads agree (animations end), for this long at most."""
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Quiet: a shadow's tab closed mid-response (a broken pipe) is no error of the page's."""
+
+
 class Shadow:
     """One shadow page and the moves applied to it."""
 
@@ -55,7 +60,7 @@ class Shadow:
     @classmethod
     async def open(cls, browser: Browser, name: str, seed: int) -> Shadow:
         episode = Episode(name, seed, installed().html)
-        server = ThreadingHTTPServer(("127.0.0.1", 0), handler(episode))
+        server = _Server(("127.0.0.1", 0), handler(episode))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
             tab = await browser.new_tab()

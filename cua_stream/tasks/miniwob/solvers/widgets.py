@@ -208,6 +208,42 @@ def guess_number(snap: Snapshot, history: History) -> Move | None:
     return fill(field, guess, history) or click_on(snap.by_id("subbtn"))
 
 
+def email_inbox(snap: Snapshot, history: History) -> Move | None:
+    """Banner: 'Find the email by Darcy and reply to them with the text "Ok"' (or forward that email to
+    Kasey, click the trash icon, click the star icon): the email found by its sender in the inbox, then
+    its action; a reply or a forward written in its form and sent."""
+    said, quotes = bold(snap), quoted(snap.utterance)
+    if not said:
+        return None
+    name, text = said[0], snap.utterance
+    if (reply := snap.by_id("reply-text")) is not None:
+        return fill_form(snap, history, [(reply, quotes[-1] if quotes else "")], snap.by_id("send-reply"))
+    if (send := snap.by_id("send-forward")) is not None:
+        to = first([e for e in snap if "forward-sender" in e.classes])
+        return fill_form(snap, history, [(to, said[-1])], send)
+    if "reply to them" in text or "forward that email" in text:
+        opened = first(
+            visible(
+                e
+                for e in snap
+                if ("email-reply" if "reply to them" in text else "email-forward") in e.classes
+            )
+        )
+        if opened is not None:
+            return click_on(opened)
+    for thread in snap:
+        if "email-thread" not in thread.classes:
+            continue
+        inside = snap.inside(thread)
+        if not any("email-sender" in e.classes and e.own == name for e in inside):
+            continue
+        icon = "trash" if "trash icon" in text else "star" if "star icon" in text else None
+        if icon is None:
+            return click_on(first([e for e in inside if "email-sender" in e.classes]))
+        return click_on(first([e for e in inside if icon in e.classes]))
+    return None
+
+
 SOLVERS = {
     "click-checkboxes-soft": Solver(click_checkboxes_soft, extra="SYNONYMS"),
     "use-autocomplete": Solver(use_autocomplete, extra="ui_utils.COUNTRIES"),
@@ -220,4 +256,10 @@ SOLVERS = {
     "login-user-popup": Solver(login_user_popup),
     "search-engine": Solver(search_engine),
     "guess-number": Solver(guess_number),
+    "email-inbox-delete": Solver(email_inbox),
+    "email-inbox-important": Solver(email_inbox),
+    "email-inbox-noscroll": Solver(email_inbox),
+    "email-inbox-reply": Solver(email_inbox),
+    "email-inbox-star-reply": Solver(email_inbox),
+    "email-inbox-forward": Solver(email_inbox),
 }

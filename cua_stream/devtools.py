@@ -124,7 +124,10 @@ def executable() -> str:
 async def headless_chromium(size: tuple[int, int] = (800, 600)) -> AsyncIterator[Browser]:
     """A headless Chromium (its own profile, removed after), its tabs ``size`` CSS pixels."""
     profile = Path(tempfile.mkdtemp(prefix="cua-chromium-"))
-    cmd = [executable(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    # the browser dies with the process that started it, even killed outright (its parent-death signal):
+    # in a session of its own, it would outlive a policy server killed with SIGKILL
+    die = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+    cmd = [*die, executable(), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
            "--hide-scrollbars", "--remote-debugging-port=0", f"--user-data-dir={profile}",
            f"--window-size={size[0]},{size[1]}", "about:blank"]  # fmt: skip
     proc = await anyio.open_process(

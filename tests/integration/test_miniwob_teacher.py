@@ -7,6 +7,10 @@ focused, then done twice: its shadow page follows the episode by replaying its o
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -117,3 +121,56 @@ async def test_the_blind_baseline_is_the_fixed_click_of_one_click_tasks_measured
     assert measured is not None and measured.click == best
     won = sum(1 for _, raw in measured.raws if raw == 1.0)
     assert won == best.hits  # a click where the button is earns 1; elsewhere the page never ends
+
+
+def test_a_policy_server_killed_outright_takes_its_browser_with_it(tmp_path: Path) -> None:
+    """The shadow pages' Chromium runs in a session of its own (its renderers die with it as a group): a
+    ``cua-stream policies`` killed with SIGKILL must not leave it running (its parent-death signal)."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "cua_stream", "policies", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}/policies/oracle/miniwob/click-test/5/v1/chat/completions"
+        deadline = time.monotonic() + 120
+        while True:  # the server's port opens; then a MiniWoB++ request starts the browser
+            try:
+                r = httpx.post(url, json=conversation([]), timeout=120)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None and time.monotonic() < deadline, (
+                    "the policy server did not start"
+                )
+                time.sleep(0.2)
+        assert r.status_code == 200, r.text
+        browsers = chromium_children(server.pid)
+        assert browsers, "the teacher's request started no browser"
+    finally:
+        server.kill()
+        server.wait()
+    deadline = time.monotonic() + 30
+    while any(alive(pid) for pid in browsers):
+        assert time.monotonic() < deadline, f"browser processes {browsers} outlived their policy server"
+        time.sleep(0.2)
+
+
+def chromium_children(parent: int) -> list[int]:
+    """The Chromium processes ``parent`` started directly."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == parent and b"chromium" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -103,3 +103,21 @@ def test_the_fixed_click_is_the_pixel_hit_on_the_most_layouts() -> None:
     b[2:4, 2:5] = True
     c[0, 0] = True
     assert best_point([a, b, c]) == (2, 2, 2)  # (x, y): the first of the pixels both a and b hold
+
+
+def test_a_miniwob_task_set_with_no_policy_named_is_the_table() -> None:
+    import pytest
+    import typer
+
+    from cua_stream.cli._eval_table import TABLE_POLICIES, scripted_policies
+    from cua_stream.evaluation.plan import EvalPlan, eval_seeds
+    from cua_stream.events import TaskRef
+
+    def plan(*names: str) -> EvalPlan:
+        return EvalPlan(tasks=tuple(TaskRef(name=n) for n in names), samples=1, seeds=tuple(eval_seeds(0, 1)))
+
+    assert scripted_policies(plan("miniwob/click-test"), "", None, False) == list(TABLE_POLICIES)
+    assert scripted_policies(plan("miniwob/click-test"), "idle, blind", None, False) == ["idle", "blind"]
+    assert scripted_policies(plan("miniwob/click-test"), "", Path("/m"), False) == []  # a model
+    with pytest.raises(typer.BadParameter, match="give a scripted policy"):
+        scripted_policies(plan("click-box", "miniwob/click-test"), "", None, False)

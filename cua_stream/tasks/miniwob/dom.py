@@ -23,14 +23,42 @@ SNAPSHOT = r"""(function (EXTRA, HIT) {
     var hit = d.elementFromPoint(x, y);
     return !!hit && (hit === el || el.contains(hit) || (hit.control && hit.control === el));
   }
-  function point(el, r) {  // the box's centre if a click there reaches el, else the first of a 7x7 grid
-    var cx = r.left + r.width / 2, cy = r.top + r.height / 2;
+  function point(el, r) {  // the box's centre if a click there reaches el, else the first of a 7x7 grid,
+    var cx = r.left + r.width / 2, cy = r.top + r.height / 2;  // else the visible pixel deepest inside
     if (reaches(el, cx, cy)) return [cx, cy];
     for (var i = 1; i < 8; i++) for (var j = 1; j < 8; j++) {
       var x = r.left + r.width * j / 8, y = r.top + r.height * i / 8;
       if (reaches(el, x, y)) return [x, y];
     }
-    return null;
+    return deepest(el, r);
+  }
+  function deepest(el, r) {  // a sliver left uncovered (a button under another): its pixels, eroded
+    var x0 = Math.max(0, Math.floor(r.left)), y0 = Math.max(0, Math.floor(r.top));
+    var x1 = Math.min(W, Math.ceil(r.right)), y1 = Math.min(H, Math.ceil(r.bottom));
+    if (x1 <= x0 || y1 <= y0 || (x1 - x0) * (y1 - y0) > 6400) return null;
+    var mask = [], any = false;
+    for (var y = y0; y < y1; y++) {
+      var row = [];
+      for (var x = x0; x < x1; x++) { var hit = reaches(el, x + 0.5, y + 0.5); row.push(hit); any = any || hit; }
+      mask.push(row);
+    }
+    if (!any) return null;
+    while (true) {  // erode until nothing is left: a pixel of the last layer standing is the deepest
+      var first = null, next = [], more = false;
+      for (var b = 0; b < mask.length; b++) {
+        var line = [];
+        for (var a = 0; a < mask[b].length; a++) {
+          if (mask[b][a] && first === null) first = [x0 + a + 0.5, y0 + b + 0.5];
+          var keep = mask[b][a] && b > 0 && b < mask.length - 1 && a > 0 && a < mask[b].length - 1 &&
+                     mask[b - 1][a] && mask[b + 1][a] && mask[b][a - 1] && mask[b][a + 1];
+          line.push(keep);
+          more = more || keep;
+        }
+        next.push(line);
+      }
+      if (!more) return first;
+      mask = next;
+    }
   }
   function own(el) {
     var s = "";

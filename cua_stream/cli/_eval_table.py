@@ -74,18 +74,18 @@ def measure_blind(plan: EvalPlan, run: str, stem: Path) -> EvalResults:
 
 
 def load_runs(paths: Sequence[Path]) -> dict[str, EvalResults]:
-    """Saved results by policy; two files of one policy are one run (their episodes together: the teacher
-    measured in batches)."""
+    """Saved results by policy. Files of one policy are one run (the teacher measured in batches); a
+    task measured in several is taken from the last of them (a task measured again after a fix)."""
     runs: dict[str, EvalResults] = {}
     for path in paths:
         r = files.load(path)
         if r.policy in runs:
-            was = runs[r.policy]
+            was, again = runs[r.policy], set(r.tasks)
+            kept = [e for e in was.episodes if e.task not in again]
             r = EvalResults(run_id=was.run_id, policy=r.policy, environment=was.environment,
                             samples=was.samples, seeds=sorted({*was.seeds, *r.seeds}),
-                            tasks=[*was.tasks, *(t for t in r.tasks if t not in was.tasks)],
-                            created_at=max(was.created_at, r.created_at),
-                            episodes=[*was.episodes, *r.episodes])  # fmt: skip
+                            tasks=[*(t for t in was.tasks if t not in again), *r.tasks],
+                            created_at=max(was.created_at, r.created_at), episodes=[*kept, *r.episodes])  # fmt: skip
         runs[r.policy] = r
     return runs
 

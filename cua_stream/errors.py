@@ -167,6 +167,12 @@ class TaskVersionMismatch(CuaError, ValueError):
     resolved or run: refused, naming both versions (its pages, and so its problems, may differ)."""
 
 
+class BrowserError(CuaError):
+    """A headless Chromium driven over DevTools (``cua_stream.devtools``: the MiniWoB++ teacher's shadow
+    pages) is missing, did not start, closed its connection, or refused a command; the message says
+    which."""
+
+
 class ReplayDiverged(CuaError):
     """A re-training (``trainer.replay_batches_from``) dropped a group its recorded step trained: it
     stops there, the drop being the difference it was run to find."""
@@ -259,6 +265,7 @@ POLICY: dict[type[CuaError], Action] = {
     UnknownTask: Action.CRASH,
     MiniwobMissing: Action.CRASH,
     TaskVersionMismatch: Action.CRASH,
+    BrowserError: Action.CRASH,
     DaemonDidNotStart: Action.CRASH,
     UnknownTopicError: Action.CRASH,
     ReplayDiverged: Action.CRASH,

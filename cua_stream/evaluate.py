@@ -45,7 +45,7 @@ async def evaluate(ev: Evaluation, run_id: str, policy: str) -> EvalResults:
     if not is_eval_run(run_id):
         raise ValueError(f"an evaluation's run id starts with {EVAL_RUN_PREFIX!r}, got {run_id!r}")
     plan = ev.plan
-    producer = msgspec.structs.replace(ev.producer, lane="eval")  # beside training's producers
+    producer = eval_producer(ev.producer, run_id)
     work = instance_work(run_id, plan.tasks, plan.seeds, samples=plan.samples, sampling=ev.sampling,
                          now=time.time(), teacher=ev.teacher)  # fmt: skip
     scores = await run_episodes(producer, work, resume=True)
@@ -60,6 +60,15 @@ async def evaluate(ev: Evaluation, run_id: str, policy: str) -> EvalResults:
         created_at=time.time(),
         episodes=episodes_of(work, scores, outcomes),
     )
+
+
+def eval_producer(producer: ProducerConfig, run_id: str) -> ProducerConfig:
+    """The producer of evaluation ``run_id``: in the ``eval`` lane (beside training's producers), playing
+    only its own run's work unless it was given runs (``learn``'s: its evaluations are its runs'), in a
+    consumer group of its own. In the lane's shared group, an evaluation started after a killed one first
+    played the killed one's leftover work (an hour of it, once), and its own waited. Pure."""
+    runs = producer.runs or [run_id.removeprefix(EVAL_RUN_PREFIX)]
+    return msgspec.structs.replace(producer, lane="eval", runs=runs)
 
 
 async def publish_report(bus: BusConfig, report: EvalReport) -> None:

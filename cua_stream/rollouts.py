@@ -4,6 +4,7 @@ for its scores. Below the CLI, so the evaluation library runs episodes the way t
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,8 +19,11 @@ if TYPE_CHECKING:
     from cua_stream.events import ScoreEvent, WorkRequest
     from producers.config import ProducerConfig
 
-SCORED_WAIT_S = 1800.0
-"""How long ``run_episodes`` waits for every episode to be scored."""
+SCORED_STALL_S = 1800.0
+"""How long ``run_episodes`` waits for the next score. Episodes are scored as they finish, so a wait
+longer than any one episode takes (computer-1's timeout, the desktop's start, the verifier) means the
+rest never will be. Before, 30 minutes bounded the whole wait, and cut long evaluations short: on a
+loaded 2-core machine, 200 MiniWoB++ episodes took an hour, and 79 were left unscored while they ran."""
 PRODUCER_STOP_S = 15.0
 """How long a stopping in-process producer gets to finish: its episodes in hand (none, once every one is
 scored) and its last commits."""
@@ -103,11 +107,20 @@ async def _scores_of(bus: BusConfig, work: list[WorkRequest]) -> dict[str, Score
 
     wanted = {w.episode_id for w in work}
     found: dict[str, ScoreEvent] = {}
-    with anyio.move_on_after(SCORED_WAIT_S):
-        while len(found) < len(wanted):
-            async for d in scan(bus, SCORES):
-                if d.event.episode_id in wanted:
-                    found[d.event.episode_id] = d.event
-            if len(found) < len(wanted):
-                await anyio.sleep(2.0)
+    progressed = time.monotonic()
+    while waiting(len(found), len(wanted), time.monotonic() - progressed):
+        before = len(found)
+        async for d in scan(bus, SCORES):
+            if d.event.episode_id in wanted:
+                found[d.event.episode_id] = d.event
+        if len(found) > before:
+            progressed = time.monotonic()
+        elif len(found) < len(wanted):
+            await anyio.sleep(2.0)
     return found
+
+
+def waiting(scored: int, wanted: int, since_progress_s: float, stall_s: float = SCORED_STALL_S) -> bool:
+    """Whether to wait on for scores: some are missing and the last new one came less than ``stall_s``
+    ago (however long the whole wait has been). Pure."""
+    return scored < wanted and since_progress_s < stall_s

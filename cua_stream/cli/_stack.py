@@ -171,17 +171,16 @@ def parse_tasks(tasks: str, *, hint: str = "--tasks") -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def oracle_playable(tasks: list[str], hint: str) -> list[str]:
-    """``tasks``, when the scripted oracle (the teacher ``record-oracle`` and ``learn`` demonstrate with)
-    can play each; the MiniWoB++ tasks have no teacher yet."""
-    from cua_stream.tasks import TASKS
+def require_playable(policy: str, tasks: list[str], hint: str) -> list[str]:
+    """``tasks``, when the scripted ``policy`` plays each (the oracle: the teacher ``record-oracle`` and
+    ``learn`` demonstrate with); else one line naming those it does not play."""
+    from cua_stream.tasks.policy_server import PLAYS, plays
 
-    unplayable = [t for t in tasks if t not in TASKS]
+    unplayable = [t for t in tasks if not plays(policy, t)]
     if unplayable:
+        names = f"{', '.join(unplayable[:5])}{' ...' if len(unplayable) > 5 else ''}"
         raise typer.BadParameter(
-            f"the scripted oracle demonstrates only the bundled tasks ({', '.join(TASKS)}), not "
-            f"{', '.join(unplayable[:5])}{' ...' if len(unplayable) > 5 else ''}",
-            param_hint=hint,
+            f"the scripted policy {policy} does not play {names} ({PLAYS})", param_hint=hint
         )
     return tasks
 

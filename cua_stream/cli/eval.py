@@ -23,6 +23,14 @@ from rich.console import Console
 
 from cua_stream.cli._common import ConfigFile, Prefix, friendly_errors, load_file, output_problem
 from cua_stream.cli._eval_report import comparison_table, results_table
+from cua_stream.cli._eval_table import (
+    BLIND,
+    evaluate_each,
+    load_runs,
+    measure_blind,
+    scripted_policies,
+    show_table,
+)
 from cua_stream.cli._stack import (
     Steps,
     broker_and_topics,
@@ -30,6 +38,7 @@ from cua_stream.cli._stack import (
     engine_and_gateway,
     episode_producer,
     out,
+    require_playable,
     teacher_stack,
 )
 from cua_stream.config import BusConfig, build, state_dir
@@ -39,6 +48,7 @@ from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
 from cua_stream.evaluation.report import report_of
 from cua_stream.events import EvalReport
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
+from cua_stream.tasks.miniwob import is_miniwob
 from cua_stream.topics import EVALS
 
 if TYPE_CHECKING:
@@ -67,7 +77,11 @@ def eval_(
     ] = 2,
     first_seed: Annotated[int, typer.Option(help="Index of the first layout in the evaluation range.")] = 0,
     policy: Annotated[
-        str, typer.Option(help="A scripted policy (oracle, nothing, idle) playing the bundled tasks.")
+        str,
+        typer.Option(
+            help="A scripted policy: oracle (the bundled tasks' oracle, the MiniWoB++ teacher), nothing, "
+            "idle or random (uniform clicks)."
+        ),
     ] = "",
     model_path: Annotated[
         Path | None,
@@ -119,6 +133,13 @@ def eval_(
         tuple[Path, Path] | None,
         typer.Option(help="Compare two results files (A B): B's success minus A's, per task; runs nothing."),
     ] = None,
+    table: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Results files (repeat the option) side by side: the benchmark table per task and over "
+            "the literature's MiniWoB++ subsets; runs nothing."
+        ),
+    ] = None,
     bootstrap: Annotated[
         str | None,
         typer.Option(
@@ -137,8 +158,22 @@ def eval_(
         a, b = (files.load(path) for path in compare)
         _console().print(comparison_table(a, b, success_at))
         return
+    if table:
+        show_table(_console(), load_runs(table), success_at, (out_file or table[0]).with_suffix(""))
+        return
     shared = _shared(engine, gateway_url, follow)
-    plan = _plan(tasks, samples, seeds, first_seed, policy, model_path, need_model=not shared)
+    plan = _plan(tasks, samples, seeds, first_seed, policy, model_path)
+    policies = scripted_policies(plan, policy, model_path, shared or bool(follow))
+    tabled = len(policies) > 1 or policies == [BLIND]
+    if tabled and follow:
+        raise typer.BadParameter(
+            "a table of scripted policies has no versions to follow", param_hint="--follow"
+        )
+    if policies == [BLIND]:  # no episode to run: the shadow pages only
+        stem = out_file.with_suffix("") if out_file else state_dir() / "eval" / (run_id or "eval-blind")
+        show_table(_console(), {BLIND: measure_blind(plan, run_id or "eval-blind", stem)}, success_at, stem)
+        return
+    policy = ",".join(p for p in policies if p != BLIND)
     if follow and policy:
         raise typer.BadParameter("a scripted policy has no versions to follow", param_hint="--follow")
     if metrics_port is not None and not (follow and 0 <= metrics_port <= 65535):
@@ -200,6 +235,20 @@ def eval_(
     ev = Evaluation(plan=plan, producer=producer, sampling=sampling, teacher=policy or None)
     ctx = _Evaluation(ev=ev, label=policy or str(model), success_at=success_at,
                       out=out_file or state_dir() / "eval" / (run if follow else f"{run}.json"))  # fmt: skip
+    if tabled:
+        stem = out_file.with_suffix("") if out_file else state_dir() / "eval" / run
+
+        async def one(ev: Evaluation, run_id: str, path: Path) -> None:
+            await _evaluate(
+                _Evaluation(ev=ev, label=str(ev.teacher), success_at=success_at, out=path), run_id, None
+            )
+
+        with stack:
+            runs = anyio.run(evaluate_each, one, ev, run, policy.split(","), stem)
+        if BLIND in policies:
+            runs[BLIND] = measure_blind(plan, f"{run}-blind", stem)
+        show_table(_console(), runs, success_at, stem)
+        return
     with stack:
         step(
             f"evaluating {plan.episodes} episode(s)"
@@ -341,20 +390,15 @@ async def served_versions(bus: BusConfig, run: str) -> list[int]:
 
 
 def _plan(
-    tasks: str, samples: int, seeds: int, first_seed: int, policy: str, model_path: Path | None,
-    *, need_model: bool = True,
-) -> EvalPlan:  # fmt: skip
+    tasks: str, samples: int, seeds: int, first_seed: int, policy: str, model_path: Path | None
+) -> EvalPlan:
     """The options checked, each bad one named."""
-    from cua_stream.tasks import TASKS
     from cua_stream.tasks.policy_server import POLICIES
 
-    if policy and policy not in POLICIES:
-        raise typer.BadParameter(f"unknown scripted policy {policy!r}; known: {', '.join(POLICIES)}",
+    named = [p.strip() for p in policy.split(",") if p.strip()]
+    if unknown := [p for p in named if p not in (*POLICIES, BLIND)]:
+        raise typer.BadParameter(f"unknown scripted policy {unknown[0]!r}; known: {', '.join(POLICIES)}, {BLIND}",
                                  param_hint="--policy")  # fmt: skip
-    if not policy and model_path is None and need_model:
-        raise typer.BadParameter(
-            "give a scripted policy (--policy) or a model (--model-path)", param_hint="--policy"
-        )
     if model_path is not None and not (model_path / "config.json").is_file():
         raise typer.BadParameter(
             f"{model_path} is not a saved model (no config.json)", param_hint="--model-path"
@@ -370,9 +414,12 @@ def _plan(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--seeds/--first-seed") from None
     plan = EvalPlan(tasks=tuple(chosen), samples=samples, seeds=tuple(layouts))
-    if policy and (unplayable := plan.unplayable(TASKS)):
-        raise typer.BadParameter(f"the scripted policies play only the bundled tasks, not {unplayable}",
-                                 param_hint="--tasks")  # fmt: skip
+    if BLIND in named and not all(is_miniwob(t.name) for t in plan.tasks):
+        raise typer.BadParameter(
+            f"{BLIND} (the best fixed click) is measured on MiniWoB++ tasks only", param_hint="--policy"
+        )
+    if len(named) == 1 and named != [BLIND]:
+        require_playable(named[0], [t.name for t in plan.tasks], "--tasks")
     return plan
 
 

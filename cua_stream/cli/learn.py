@@ -22,9 +22,9 @@ from cua_stream.cli._stack import (
     Steps,
     broker_and_topics,
     engine_and_gateway,
-    oracle_playable,
     out,
     parse_tasks,
+    require_playable,
     teacher_stack,
 )
 from cua_stream.config import BusConfig, state_dir
@@ -135,7 +135,9 @@ def learn(
     started = time.monotonic()
     chosen = parse_tasks(tasks)
     demonstrated = parse_tasks(demo_tasks, hint="--demo-tasks") if demo_tasks else chosen
-    oracle_playable(demonstrated, "--demo-tasks" if demo_tasks else "--tasks (or give --demo-tasks)")
+    require_playable(
+        "oracle", demonstrated, "--demo-tasks" if demo_tasks else "--tasks (or give --demo-tasks)"
+    )
     plan = _plan(
         seed=seed,
         model_size=model_size,

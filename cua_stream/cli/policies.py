@@ -1,5 +1,6 @@
-"""`cua-stream policies`: the bundled tasks' scripted policies (oracle, nothing, idle) behind an
-OpenAI-compatible endpoint — a teacher for ``record-oracle``, or a model for any computer-1 run."""
+"""`cua-stream policies`: the scripted policies (oracle: the bundled tasks' oracle and the MiniWoB++ teacher;
+nothing, idle, random) behind an OpenAI-compatible endpoint — a teacher for ``record-oracle``, or a model
+for any computer-1 run."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def policies(
     host: Annotated[str, typer.Option(help="Listen address.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Listen port.")] = 8090,
 ) -> None:
-    """Serve POST /policies/{oracle|nothing|idle}/{task}/{seed}/v1/chat/completions and GET /health."""
+    """Serve POST /policies/{oracle|nothing|idle|random}/{task}/{seed}/v1/chat/completions and GET
+    /health."""
     import uvicorn
 
     from cua_stream.tasks.policy_server import create_app

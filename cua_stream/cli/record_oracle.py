@@ -25,9 +25,9 @@ from cua_stream.cli._stack import (
     Steps,
     broker_and_topics,
     episode_producer,
-    oracle_playable,
     out,
     parse_tasks,
+    require_playable,
     teacher_stack,
 )
 from cua_stream.config import state_dir
@@ -63,7 +63,7 @@ def record_oracle(
     from consumers.trainer.feeder import demonstration_work
     from cua_stream.demo import tiny_model_dir
 
-    chosen = oracle_playable(parse_tasks(tasks), "--tasks")
+    chosen = require_playable("oracle", parse_tasks(tasks), "--tasks")
     if seeds < 1:
         raise typer.BadParameter("at least 1", param_hint="--seeds")
     file_data = load_file(config)

@@ -17,7 +17,7 @@ Resolving ``--tasks`` reads the file system (task directories, globs); the rest 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cua_stream.errors import UnknownTask
@@ -91,6 +91,6 @@ class EvalPlan:
     def episodes(self) -> int:
         return len(self.tasks) * len(self.seeds) * self.samples
 
-    def unplayable(self, policy_tasks: Sequence[str]) -> list[str]:
-        """The plan's tasks a scripted policy (which plays ``policy_tasks``) cannot play."""
-        return [t.name for t in self.tasks if t.name not in policy_tasks]
+    def unplayable(self, plays: Callable[[str], bool]) -> list[str]:
+        """The plan's tasks a scripted policy cannot play (``plays``: whether it plays a task name)."""
+        return [t.name for t in self.tasks if not plays(t.name)]

@@ -11,6 +11,7 @@ with the confirmation round trip computer-1 asks for (the terminal action twice)
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -132,3 +133,10 @@ def idle_action(replies: Sequence[str]) -> dict[str, Any]:
 def reply_text(action: dict[str, Any]) -> str:
     """A computer-1 JSON reply carrying ``action``."""
     return json.dumps({"analysis": "scripted policy", "plan": action["type"], "action": action})
+
+
+def random_action(task: str, seed: int, replies: Sequence[str]) -> dict[str, Any]:
+    """A click at a uniformly random point of the screen (the 0..999 grid), turn after turn until the turn
+    limit: what chance earns. Seeded by the episode's task, layout seed and turn, so a run repeats."""
+    rng = random.Random(f"{task}:{seed}:{len(replies)}")
+    return {"type": "click", "x": rng.randint(0, GRID_MAX), "y": rng.randint(0, GRID_MAX)}

@@ -1,6 +1,10 @@
 """The scripted policies behind an OpenAI-compatible endpoint, so computer-1 runs them as it runs a model:
-``POST /policies/{oracle|nothing|idle}/{task}/{seed}/v1/chat/completions`` (what LiteLLM sends to an
-``api_base``). The task and seed in the path are the episode's: the oracle rebuilds the layout from them.
+``POST /policies/{oracle|nothing|idle|random}/{task}/{seed}/v1/chat/completions`` (what LiteLLM sends to
+an ``api_base``). The task and seed in the path are the episode's (a task name may hold ``/``:
+``miniwob/click-test``; the seed is the last segment). The oracle of a bundled task rebuilds the layout
+from them; the oracle of a MiniWoB++ task is its teacher (``cua_stream.tasks.miniwob.teacher``), which
+loads the same page and seed in a shadow page of its own (a headless Chromium the server starts on the
+first such request, and stops with itself).
 
 ``cua-stream policies`` serves it; ``record-oracle`` points the gateway's ``teacher_url`` at it. A server
 too: a request that is not a chat completion gets a 400 in the gateway's JSON error shape saying why
@@ -18,6 +22,8 @@ from __future__ import annotations
 import io
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
@@ -25,13 +31,27 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from cua_stream.errors import ImageDataError, Refusal
+from cua_stream.errors import BrowserError, ImageDataError, MiniwobMissing, Refusal
 from cua_stream.gateway.openai_format import decode_body, error_body
 from cua_stream.images import b64decode_strict, check_pixels, data_url_payload
+from cua_stream.tasks.miniwob import PREFIX, is_miniwob
+from cua_stream.tasks.miniwob.shadow import Shadows
+from cua_stream.tasks.miniwob.suite import installed_suite
+from cua_stream.tasks.miniwob.teacher import teacher_action, teaches
 from cua_stream.tasks.pages import TASKS, layout
-from cua_stream.tasks.policies import do_nothing_action, idle_action, oracle_action, reply_text
+from cua_stream.tasks.policies import (
+    do_nothing_action,
+    idle_action,
+    oracle_action,
+    random_action,
+    reply_text,
+)
 
-POLICIES = ("oracle", "nothing", "idle")
+POLICIES = ("oracle", "nothing", "idle", "random")
+PLAYS = (
+    "every policy plays the bundled tasks and the MiniWoB++ suite, but the oracle only the MiniWoB++ "
+    "tasks its teacher solves"
+)
 DECODES_AT_ONCE = 2
 DECODES_WAITING = 32
 """Screenshots waiting for a decode slot (each request holds its body meanwhile); more are refused."""
@@ -117,9 +137,44 @@ def _error(status: int, message: str, code: str = "invalid_request") -> JSONResp
     return JSONResponse(error_body(status, message, code), status_code=status, headers=headers)
 
 
+def episode_of(instance: str) -> tuple[str, int] | None:
+    """``<task>/<seed>`` (the task may hold ``/``) as its task and seed; None if the last segment is not a
+    seed. Pure."""
+    task, _, seed = instance.rpartition("/")
+    if not task or not seed.isdigit() or len(seed) > 20:
+        return None
+    return task, int(seed)
+
+
+def plays(policy: str, task: str) -> bool:
+    """Whether ``policy`` plays ``task``: every policy the bundled tasks; the oracle the MiniWoB++ tasks its
+    teacher solves, the others any task of the suite (they ignore the page). MiniwobMissing: the package
+    is not installed here."""
+    if policy not in POLICIES:
+        return False
+    if task in TASKS:
+        return True
+    if not is_miniwob(task) or task.removeprefix(PREFIX) not in installed_suite().names:
+        return False
+    return teaches(task) if policy == "oracle" else True
+
+
 def create_app(decodes: DecodeGate | None = None) -> FastAPI:
     """``decodes``: how many screenshots are decoded at once and may wait (``DecodeGate``'s defaults)."""
-    app = FastAPI(title="cua-stream scripted policies", docs_url=None, redoc_url=None)
+    shadows = Shadows()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            await tg.start(shadows.run)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await shadows.aclose()
+
+    app = FastAPI(title="cua-stream scripted policies", docs_url=None, redoc_url=None, lifespan=lifespan)
     app.state.decodes = gate = decodes or DecodeGate()
 
     @app.exception_handler(Exception)
@@ -130,11 +185,17 @@ def create_app(decodes: DecodeGate | None = None) -> FastAPI:
     async def health() -> JSONResponse:
         return JSONResponse({"status": "ok", "policies": list(POLICIES), "tasks": list(TASKS)})
 
-    @app.post("/policies/{policy}/{task}/{seed}/v1/chat/completions")
-    async def complete(policy: str, task: str, seed: int, request: Request) -> JSONResponse:
-        if policy not in POLICIES or task not in TASKS:
-            return _error(404, f"unknown policy {policy!r} or task {task!r}")
+    @app.post("/policies/{policy}/{instance:path}/v1/chat/completions")
+    async def complete(policy: str, instance: str, request: Request) -> JSONResponse:
+        episode = episode_of(instance)
+        if episode is None:
+            return _error(404, f"{instance!r} is not <task>/<seed>")
+        task, seed = episode
         try:
+            if not plays(policy, task):
+                return _error(
+                    404, f"unknown policy {policy!r} or task {task!r}, or {policy} does not play it"
+                )
             body = decode_body(await request.body())
             messages = chat_messages(body)
             replies = _replies(messages)
@@ -142,16 +203,23 @@ def create_app(decodes: DecodeGate | None = None) -> FastAPI:
                 action = do_nothing_action(replies)
             elif policy == "idle":
                 action = idle_action(replies)
+            elif policy == "random":
+                action = random_action(task, seed, replies)
             else:
                 url = latest_image_url(messages)
                 pixels = None if url is None else await gate.decode(url)
-                action = oracle_action(layout(task, seed), replies, pixels)
+                if task in TASKS:
+                    action = oracle_action(layout(task, seed), replies, pixels)
+                else:
+                    action = await teacher_action(shadows, task, seed, replies, messages, pixels)
         except Refusal as r:
             return _error(r.status, r.message)
         except ImageDataError as e:
             return _error(400, f"image_url: {e}")
         except Busy as e:
             return _error(503, str(e), code="busy")
+        except (BrowserError, MiniwobMissing) as e:  # the teacher's shadow pages cannot run here
+            return _error(503, f"the teacher's shadow page: {e}", code="teacher_unavailable")
         content = reply_text(action)
         model = body.get("model")
         return JSONResponse(

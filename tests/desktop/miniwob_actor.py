@@ -17,22 +17,20 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import anyio
-import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from cua_stream.binding.coordinates import GRID_MAX
 from cua_stream.config import Secret
 from cua_stream.events import OutcomeEvent, TaskRef, WorkRequest
 from cua_stream.tasks.miniwob.package import installed
+from cua_stream.tasks.miniwob.screen import Frame, frame_on, to_grid
 from cua_stream.tasks.miniwob.site import Episode, handler
 from cua_stream.tasks.miniwob.wrapper import ZOOM
 from cua_stream.tasks.policies import progress, reply_text
@@ -89,19 +87,6 @@ PLAN = """(function (task, ZOOM) {
   return null;
 })(%s, %d)"""
 FRAME = "JSON.stringify(document.getElementById('task').getBoundingClientRect())"
-BACKGROUND_BLUE = 0xF4
-"""The wrapper page's #f4f4f4 around the frame: its blue channel (the banner's, #ff0, is 0)."""
-EDGE = 3
-"""Pixels on either side of an edge weighed to place it."""
-
-
-@dataclass(frozen=True)
-class Seen:
-    """Where the actor found the task's frame on a screenshot (desktop pixels)."""
-
-    left: int
-    top: int
-    width: int
 
 
 @contextmanager
@@ -180,46 +165,14 @@ def drag_pixels(left: float, top: float, drag: list[list[float]]) -> tuple[tuple
     return (x, y), (x + round(ZOOM * dx), y + round(ZOOM * dy))
 
 
-def frame_on(pixels: np.ndarray, desktop: tuple[int, int]) -> Seen | None:
-    """The task frame's top-left corner and width on the desktop: its yellow banner's, found on the
-    screenshot (which the binding resized to its grid: 800x600 becomes 800x608) and scaled back to
-    desktop pixels. Each edge is placed to a fraction of a pixel by how yellow the pixels across it are
-    (the resize blends the banner's edge with the page's #f4f4f4 around it)."""
-    rgb = pixels[..., :3].astype(np.float64)
-    yellowness = np.clip((BACKGROUND_BLUE - rgb[..., 2]) / BACKGROUND_BLUE, 0, 1) * (rgb[..., :2] > 200).all(
-        -1
-    )
-    rows = (yellowness > 0.5).sum(axis=1)
-    if rows.max(initial=0) < 20:
-        return None
-    top = int(np.flatnonzero(rows >= rows.max() * 0.9)[0])
-    cols = np.flatnonzero(yellowness[top + 2] > 0.5)
-    left, right = int(cols[0]), int(cols[-1])
-    if top < EDGE or left < EDGE:
-        return None
-    # a step from 0 to 1 across an edge integrates to the distance from the edge to the window's end
-    down = yellowness[top - EDGE : top + EDGE, left + 10 : right - 10].mean(axis=1).sum()
-    across = yellowness[top + 1 : top + 4, left - EDGE : left + EDGE].mean(axis=0).sum()
-    h, w = pixels.shape[:2]
-    sx, sy = desktop[0] / w, desktop[1] / h
-    return Seen(
-        round((left + EDGE - across) * sx), round((top + EDGE - down) * sy), round((right + 1 - left) * sx)
-    )
-
-
-def to_grid(x: float, y: float, desktop: tuple[int, int]) -> tuple[int, int]:
-    """Desktop pixel (x, y) on computer-1's 0..999 grid (Harbor maps it back exactly: 999 > a side)."""
-    return round(x * GRID_MAX / (desktop[0] - 1)), round(y * GRID_MAX / (desktop[1] - 1))
-
-
 def actor_app(plans: Mapping[tuple[str, int], list[dict[str, Any]]], desktop: tuple[int, int],
-              seen: dict[tuple[str, int], Seen]) -> FastAPI:  # fmt: skip
+              seen: dict[tuple[str, int], Frame]) -> FastAPI:  # fmt: skip
     """``POST /actor/{name}/{seed}/v1/chat/completions``: the plan's next step (a click, a drag, or a
     ``navigate`` to a URL) as a computer-1 reply, then done (twice: computer-1 asks to confirm). Where it
     found the frame is kept in ``seen``."""
     app = FastAPI()
 
-    @app.post("/actor/{name}/{seed}/v1/chat/completions")
+    @app.post("/actor/miniwob/{name}/{seed}/v1/chat/completions")
     async def complete(name: str, seed: int, request: Request) -> JSONResponse:
         messages = chat_messages(await request.json())
         replies = [
@@ -256,14 +209,16 @@ def actor_app(plans: Mapping[tuple[str, int], list[dict[str, Any]]], desktop: tu
     return app
 
 
-def episode(port: int, name: str, seed: int, path: Path | None = None) -> EpisodeRun:
+def episode(port: int, name: str, seed: int, path: Path | None = None, route: str = "actor") -> EpisodeRun:
+    """The episode of ``name`` at ``seed``, its model the OpenAI-compatible ``route`` on ``port``
+    (``/route/miniwob/<name>/<seed>/v1``)."""
     task = TaskRef(name=f"miniwob/{name}", path=str(path) if path else None)
     work = WorkRequest(
         run_id="miniwob", group_id=f"g-{name}", episode_id=f"{name}-{seed}", task=task,
         sample_index=0, group_size=1, policy_version=0, created_at=time.time(),
     )  # fmt: skip
     return EpisodeRun(
-        work=work, attempt=1, seed=seed, session_url=f"http://127.0.0.1:{port}/actor/{name}/{seed}/v1",
+        work=work, attempt=1, seed=seed, session_url=f"http://127.0.0.1:{port}/{route}/{task.name}/{seed}/v1",
         session_key=Secret("actor-key"), context_length=32768,
     )  # fmt: skip
 
@@ -275,14 +230,32 @@ async def play(
     desktop: tuple[int, int],
     paths: dict[str, Path] | None = None,
     environment: str = "local-desktop",
-) -> tuple[dict[str, OutcomeEvent], dict[tuple[str, int], Seen]]:
+) -> tuple[dict[str, OutcomeEvent], dict[tuple[str, int], Frame]]:
     """One Harbor trial per plan in ``environment``, three at a time (a task by name, exported on demand
     by the producer, or from ``paths``); the outcomes by task, and where the actor saw each frame."""
+    seen: dict[tuple[str, int], Frame] = {}
+    app = actor_app(plans, desktop, seen)
+    outcomes = await trials(app, "actor", list(plans), tmp_path, monkeypatch, desktop, paths, environment)
+    return outcomes, seen
+
+
+async def trials(
+    app: FastAPI,
+    route: str,
+    instances: list[tuple[str, int]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    desktop: tuple[int, int],
+    paths: dict[str, Path] | None = None,
+    environment: str = "local-desktop",
+    turns: int = 8,
+) -> dict[str, OutcomeEvent]:
+    """One Harbor trial per task instance in ``environment``, three at a time, its model ``app``'s
+    ``route``; the outcomes by task."""
     monkeypatch.setenv("CUA_CACHE_DIR", str(tmp_path / "cache"))  # the producer's on-demand export lands here
-    seen: dict[tuple[str, int], Seen] = {}
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(actor_app(plans, desktop, seen), port=port, log_level="warning"))
-    config = ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=8, environment=environment,
+    server = uvicorn.Server(uvicorn.Config(app, port=port, log_level="warning"))
+    config = ProducerConfig(trials_dir=str(tmp_path / "trials"), max_turns=turns, environment=environment,
                             desktop_width=desktop[0], desktop_height=desktop[1])  # fmt: skip
     runner = TrialRunner(config)
     outcomes: dict[str, OutcomeEvent] = {}
@@ -290,11 +263,11 @@ async def play(
 
     async def one(name: str, seed: int) -> None:
         async with limit:
-            run = episode(port, name, seed, (paths or {}).get(name))
+            run = episode(port, name, seed, (paths or {}).get(name), route)
             outcomes[name] = (await runner.run(run)).outcome
 
     with serving(server), anyio.fail_after(600):
         async with anyio.create_task_group() as tg:
-            for name, seed in plans:
+            for name, seed in instances:
                 tg.start_soon(one, name, seed)
-    return outcomes, seen
+    return outcomes

@@ -317,9 +317,13 @@ def test_a_bad_task_name_is_one_line_with_the_closest_names_and_exit_2() -> None
     assert code == 2 and "error: miniwob/stock-market is left out of the MiniWoB++ suite: real time" in said
     code, said = cli("learn", "--tasks", "miniwob/zz*")
     assert code == 2 and "miniwob/zz* matches no MiniWoB++ task" in said
-    # no teacher plays MiniWoB++ tasks yet: demonstrations of them are refused at once, not recorded as 0s
-    code, said = cli("record-oracle", "--tasks", "miniwob/click-*")
-    assert code == 2 and "the scripted oracle demonstrates only the bundled tasks" in said
+    # tasks the teacher does not play: demonstrations of them are refused at once, not recorded as 0s
+    code, said = cli("record-oracle", "--tasks", "miniwob/choose-date*")
+    assert code == 2 and "the scripted policy oracle does not play miniwob/choose-date, " in said
+    code, said = cli(
+        "eval", "--tasks", "miniwob/drag-shapes", "--policy", "oracle", "--bootstrap", "127.0.0.1:1"
+    )
+    assert code == 2 and "the scripted policy oracle does not play miniwob/drag-shapes" in said
     code, said = cli("tasks", "export", "webshop", "/tmp")
     assert code == 2 and "unknown suite 'webshop'; known: miniwob" in said
 

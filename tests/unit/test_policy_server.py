@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import threading
 import zlib
 
@@ -92,6 +93,36 @@ async def test_a_good_request_still_gets_the_oracles_reply() -> None:
     async with client() as http:
         r = await http.post(URL, json=with_image(data_url(png(320, 200))))
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+@pytest.mark.parametrize(
+    ("policy", "kind"), [("nothing", "done"), ("idle", "mouse_move"), ("random", "click")]
+)
+async def test_a_task_name_with_a_slash_is_played(policy: str, kind: str) -> None:
+    """MiniWoB++ task names hold a '/' (miniwob/click-test): the route takes the seed as the last segment
+    (before, the path's {task} segment took no '/', and every MiniWoB++ episode got a 404)."""
+    async with client() as http:
+        r = await http.post(f"/policies/{policy}/miniwob/click-test/1099511627776/v1/chat/completions",
+                            json={"messages": []})  # fmt: skip
+    assert r.status_code == 200, r.text
+    reply = json.loads(r.json()["choices"][0]["message"]["content"])
+    assert reply["action"]["type"] == kind
+
+
+@pytest.mark.parametrize(
+    ("path", "says"),
+    [
+        ("/policies/idle/miniwob/no-such-task/3", "unknown policy 'idle' or task 'miniwob/no-such-task'"),
+        ("/policies/idle/miniwob/stock-market/3", "task 'miniwob/stock-market'"),  # left out of the suite
+        ("/policies/oracle/miniwob/choose-date/3", "or oracle does not play it"),  # no solver for it
+        ("/policies/idle/miniwob/click-test/x", "is not <task>/<seed>"),
+        ("/policies/teacher/click-box/3", "unknown policy 'teacher'"),
+    ],
+)
+async def test_a_path_naming_no_policy_task_or_seed_is_a_json_404(path: str, says: str) -> None:
+    async with client() as http:
+        r = await http.post(f"{path}/v1/chat/completions", json={"messages": []})
+    assert r.status_code == 404 and says in r.json()["error"]["message"], r.text
 
 
 async def test_health_answers_while_a_screenshot_is_decoded(monkeypatch: pytest.MonkeyPatch) -> None:

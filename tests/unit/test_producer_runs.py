@@ -45,3 +45,15 @@ def test_a_producer_with_runs_takes_only_theirs_and_reads_in_a_group_of_its_own(
 def test_a_bad_run_in_runs_fails_at_start_naming_the_field(runs: list[str]) -> None:
     with pytest.raises(ConfigError, match=r"producer\.runs"):
         producer_config({}, {"runs": runs})
+
+
+def test_an_evaluation_plays_only_its_own_run_in_a_group_of_its_own() -> None:
+    """An evaluation started after a killed one (same broker and prefix) does not play the killed one's
+    leftover work: before, both read the lane's shared group, and the new one's own episodes waited."""
+    from cua_stream.evaluate import eval_producer
+
+    ours = eval_producer(producer_config({}, {}), "eval-teacher-b3")
+    assert ours.lane == "eval" and ours.group == "cua.eval-producers.teacher-b3"
+    assert ours.takes("eval-teacher-b3") and not ours.takes("eval-teacher-b2")
+    learn = eval_producer(producer_config({}, {"runs": ["learn-1"]}), "eval-learn-1-base")
+    assert learn.runs == ["learn-1"] and learn.takes("eval-learn-1-sft")  # learn's runs are kept

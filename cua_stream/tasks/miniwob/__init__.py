@@ -11,7 +11,10 @@ its dependencies) and never imported: its ``html/`` is all cua-stream uses. The 
   ``cua_stream.tasks.server`` serves it with (in the episode, standard library only);
 - ``verdict``: the page's raw reward → success (pure, in the episode);
 - ``export`` and ``names``: task directories from one template, and ``--tasks miniwob`` /
-  ``miniwob/click-*`` resolved to them (host side).
+  ``miniwob/click-*`` resolved to them (host side);
+- ``teacher``: the privileged scripted policy of demonstrations (the ``oracle`` of these tasks), which
+  reads the page on a ``shadow`` page of its own (``dom``), decides with per-task ``solvers`` (pure) and
+  acts through computer-1's actions placed on the screenshot (``screen``, ``moves``).
 
 Task names are ``miniwob/<name>``, ``<name>`` as the package registers it (``miniwob/<name>-v1``).
 """

@@ -1,8 +1,9 @@
 """The real path on this machine: episodes per minute with 1, 2 and 4 concurrent episodes, on the local
-desktop and in Docker side by side, and where an episode's time goes.
+desktop and in Docker side by side, on the bundled tasks and on MiniWoB++ tasks side by side, and where
+an episode's time goes.
 
     .venv/bin/python bench/producer_desktops.py [--desktops 1 2 4] [--episodes-per-desktop 2] [--turns 3]
-        [--environments local-desktop docker] [--bootstrap host:port]
+        [--environments local-desktop docker] [--suites bundled miniwob] [--bootstrap host:port]
 
 Everything real: the producer daemon's loop, Harbor trials of computer-1 (Qwen3VLComputer1) on the local
 desktop (namespaces, Xvfb, xfce4, Chromium, a bundled task's page) or in Harbor's docker environment
@@ -10,7 +11,9 @@ desktop (namespaces, Xvfb, xfce4, Chromium, a bundled task's page) or in Harbor'
 engine serving the tiny random Qwen3-VL, the Kafka broker. Needs root. At each concurrency the
 environments run one after the other in the same run; phases come from each trial's own
 ``result.json``; model time is the engine's and the gateway's milliseconds on the episode's turn events.
-Ratios: against one episode at a time in the same environment, and Docker against the local desktop.
+Ratios: against one episode at a time in the same environment and suite, Docker against the local
+desktop, and MiniWoB++ against the bundled tasks. The MiniWoB++ suite is eight of its click and type tasks
+(``MINIWOB``), served by the episode's own page server from the exported suite as in training.
 """
 
 from __future__ import annotations
@@ -45,6 +48,12 @@ from producers.config import ProducerConfig
 from producers.daemon import Producer
 
 PHASES = ("environment_setup", "agent_setup", "agent_execution", "verifier")
+MINIWOB = [
+    f"miniwob/{t}"
+    for t in ("click-button", "click-link", "click-dialog", "click-tab", "click-test-2", "focus-text",
+              "enter-text", "click-color")
+]  # fmt: skip
+SUITES = {"bundled": list(TASKS), "miniwob": MINIWOB}
 
 
 def seconds(timing: dict | None) -> float:
@@ -57,15 +66,22 @@ def seconds(timing: dict | None) -> float:
 
 
 async def one_level(
-    bus: BusConfig, gateway_url: str, environment: str, desktops: int, per: int, turns: int, trials: Path
+    bus: BusConfig,
+    gateway_url: str,
+    suite: str,
+    environment: str,
+    desktops: int,
+    per: int,
+    turns: int,
+    trials: Path,
 ) -> dict:
     run_id = f"bench{desktops}-{uuid.uuid4().hex[:6]}"
     sampling = {"temperature": TEMPERATURE, "max_new_tokens": 8}
-    work = [  # one-episode groups of the bundled tasks in turn, as the trainer's feeder issues them
+    work = [  # one-episode groups of the suite's tasks in turn, as the trainer's feeder issues them
         w
         for g in range(desktops * per)
         for w in work_for_group(
-            run_id, g, tasks=list(TASKS), group_size=1, policy_version=0, sampling=sampling, now=0
+            run_id, g, tasks=SUITES[suite], group_size=1, policy_version=0, sampling=sampling, now=0
         )
     ]
     config = ProducerConfig(
@@ -103,6 +119,7 @@ async def one_level(
                 calls += 1
     n = len(work)
     return {
+        "suite": suite,
         "environment": environment,
         "desktops": desktops,
         "episodes": n,
@@ -115,7 +132,9 @@ async def one_level(
     }
 
 
-async def main(bootstrap: str, levels: list[int], per: int, turns: int, environments: list[str]) -> None:
+async def main(
+    bootstrap: str, levels: list[int], per: int, turns: int, environments: list[str], suites: list[str]
+) -> None:
     if "docker" in environments:
         from cua_stream.containers import ensure_running
 
@@ -135,21 +154,26 @@ async def main(bootstrap: str, levels: list[int], per: int, turns: int, environm
             child(gw, f"{gateway_url}/health", Path(tmp) / "gateway.log"),
         ):
             rows = [
-                await one_level(bus, gateway_url, env, d, per, turns, Path(tmp) / "trials")
+                await one_level(bus, gateway_url, suite, env, d, per, turns, Path(tmp) / "trials")
                 for d in levels
                 for env in environments  # side by side at each level
+                for suite in suites
             ]
     print(f"turns/episode <= {turns}; per episode, mean seconds (phases from Harbor's result.json)")
-    head = f"{'environment':>13} {'at once':>7} {'episodes':>8} {'wall s':>7} {'ep/min':>7} {'vs 1':>5} "
-    head += f"{'vs local':>8} {'env start':>9} {'agent setup':>11} {'agent run':>9} {'(model)':>8} "
-    print(head + f"{'(gateway)':>9} {'verifier':>8} {'calls':>5}")
-    base = {r["environment"]: r["per_min"] for r in rows if r["desktops"] == levels[0]}
-    local = {r["desktops"]: r["per_min"] for r in rows if r["environment"] == "local-desktop"}
+    head = f"{'suite':>8} {'environment':>13} {'at once':>7} {'episodes':>8} {'wall s':>7} {'ep/min':>7} "
+    head += f"{'vs 1':>5} {'vs local':>8} {'vs bundled':>10} {'env start':>9} {'agent setup':>11} "
+    print(head + f"{'agent run':>9} {'(model)':>8} {'(gateway)':>9} {'verifier':>8} {'calls':>5}")
+    rate = {(r["suite"], r["environment"], r["desktops"]): r["per_min"] for r in rows}
+
+    def versus(key: tuple[str, str, int], r: dict, width: int) -> str:
+        return f"{r['per_min'] / rate[key]:>{width - 1}.2f}x" if key in rate else f"{'':>{width}}"
+
     for r in rows:
-        versus = f"{r['per_min'] / local[r['desktops']]:>7.2f}x" if r["desktops"] in local else f"{'':>8}"
+        s, e, d = r["suite"], r["environment"], r["desktops"]
         print(
-            f"{r['environment']:>13} {r['desktops']:>7} {r['episodes']:>8} {r['wall_s']:>7.1f} {r['per_min']:>7.1f} "
-            f"{r['per_min'] / base[r['environment']]:>4.2f}x {versus} "
+            f"{s:>8} {e:>13} {d:>7} {r['episodes']:>8} {r['wall_s']:>7.1f} {r['per_min']:>7.1f} "
+            f"{versus((s, e, levels[0]), r, 5)} {versus((s, 'local-desktop', d), r, 8)} "
+            f"{versus(('bundled', e, d), r, 10)} "
             f"{r['environment_setup']:>9.2f} {r['agent_setup']:>11.2f} {r['agent_execution']:>9.2f} "
             f"{r['model_s']:>8.2f} {r['gateway_s']:>9.3f} {r['verifier']:>8.2f} {r['calls']:>5.1f}",
             flush=True,
@@ -166,9 +190,10 @@ if __name__ == "__main__":
     ap.add_argument("--episodes-per-desktop", type=int, default=2)
     ap.add_argument("--turns", type=int, default=3)
     ap.add_argument("--environments", nargs="+", default=["local-desktop", "docker"])
+    ap.add_argument("--suites", nargs="+", choices=sorted(SUITES), default=["bundled", "miniwob"])
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     args = ap.parse_args()
-    run = (args.desktops, args.episodes_per_desktop, args.turns, args.environments)
+    run = (args.desktops, args.episodes_per_desktop, args.turns, args.environments, args.suites)
     if args.bootstrap:
         asyncio.run(main(args.bootstrap, *run))
     else:

@@ -101,7 +101,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     backend that wrote it only."""
     device: str = "cpu"
     """Where the megatron backend's model trains: ``cpu`` (float32) or ``cuda`` / ``cuda:N`` (bfloat16
-    weights, float32 AdamW masters: scripts/megatron_vl_worker.py). The torch backend trains on the CPU."""
+    weights, float32 AdamW masters: consumers/trainer/megatron/worker.py). The torch backend trains on the
+    CPU."""
     lr: float = 1e-5
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;

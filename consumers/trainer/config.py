@@ -106,7 +106,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     lr: float = 1e-5
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;
-    consumers/trainer/schedule.py says why)."""
+    consumers/trainer/lr_schedule.py says why)."""
     passes: int = 1
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
     ratio clip bounds how far a token's probability moves from the sampler's."""

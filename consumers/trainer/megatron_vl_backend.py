@@ -21,9 +21,9 @@ import torch
 
 from consumers.trainer.checks import Vocabulary
 from consumers.trainer.grpo import carries_signal
-from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats
 from consumers.trainer.megatron import worker_file
+from consumers.trainer.sample_images import pixel_inputs
 from consumers.trainer.torch_backend import StepStats, TrainItem, loss_mask
 from cua_stream.blobs import BlobStore
 from cua_stream.config import child_env, environ

@@ -193,4 +193,4 @@ def producer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> ProducerConfig:
     """The ``[producer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(ProducerConfig, "producer", file_data, overrides, bus_overrides)
+    return stage_config(ProducerConfig, file_data, overrides, bus_overrides)

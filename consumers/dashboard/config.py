@@ -66,4 +66,4 @@ def dashboard_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> DashboardConfig:
     """The ``[dashboard]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(DashboardConfig, "dashboard", file_data, overrides, bus_overrides)
+    return stage_config(DashboardConfig, file_data, overrides, bus_overrides)

@@ -57,4 +57,4 @@ def scorer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> ScorerConfig:
     """The ``[scorer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(ScorerConfig, "scorer", file_data, overrides, bus_overrides)
+    return stage_config(ScorerConfig, file_data, overrides, bus_overrides)

@@ -309,4 +309,4 @@ def trainer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> TrainerConfig:
     """The ``[trainer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(TrainerConfig, "trainer", file_data, overrides, bus_overrides)
+    return stage_config(TrainerConfig, file_data, overrides, bus_overrides)

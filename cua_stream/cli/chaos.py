@@ -72,7 +72,6 @@ def chaos(
 
     cfg = build(
         ChaosConfig,
-        "chaos",
         file_data=load_file(config),
         overrides={
             "mode": mode,

@@ -7,10 +7,14 @@ command-line flags override both (the CLI passes them as ``overrides``).
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
+import inspect
+import itertools
 import os
 import re
+import textwrap
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +35,7 @@ __all__ = [
     "Secret",
     "build",
     "bus_config",
+    "field_docs",
     "read_file",
     "section_class",
 ]
@@ -70,6 +75,24 @@ def section_of(cls: type) -> str:
     raise LookupError(f"{path} is no section's settings class (cua_stream.config.SECTIONS)")
 
 
+def field_docs(cls: type[msgspec.Struct]) -> dict[str, str]:
+    """Each field's help text, read from the class's source: the string written under the field (its
+    attribute docstring), the one place a setting is described. A field without one is left out."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(body, ast.ClassDef), cls
+    docs: dict[str, str] = {}
+    for field, after in itertools.pairwise(body.body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[field.target.id] = inspect.cleandoc(after.value.value)
+    return docs
+
+
 class Secret(str):
     """A string that never shows its value in repr/str (API keys, tokens)."""
 
@@ -93,8 +116,11 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     episode_partitions: int = 4
     """Partitions of each episode topic; the same for all so groups co-partition."""
     replication_factor: int = 1
+    """Copies of each topic's partitions the brokers keep (1: one broker, no copy)."""
     client_id: str = "cua-stream"
+    """The name this process's Kafka clients give the brokers (their logs and quotas show it)."""
     request_timeout_ms: int = 30_000
+    """How long a client waits for a broker's answer to one request."""
     connect_timeout_s: float = 30.0
     """How long a client keeps retrying (with backoff) to reach the brokers at start before giving up
     with a one-line error."""

@@ -10,7 +10,16 @@ import msgspec
 import pytest
 
 from cua_stream import launch
-from cua_stream.config import SECTIONS, ConfigError, build, read_file, section_class, section_of
+from cua_stream.config import (
+    SECTIONS,
+    BusConfig,
+    ConfigError,
+    build,
+    field_docs,
+    read_file,
+    section_class,
+    section_of,
+)
 from tests.unit.test_cli_bad_input import cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +31,27 @@ def test_each_section_names_a_settings_class_that_names_it_back(section: str) ->
     config = cls.__struct_config__
     assert issubclass(cls, msgspec.Struct) and config.frozen and config.forbid_unknown_fields, cls
     assert section_of(cls) == section
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_every_setting_has_help_text(section: str) -> None:
+    cls = section_class(section)
+    assert len(cls.__struct_fields__) >= 3  # the class's fields were found
+    assert [f for f in cls.__struct_fields__ if not field_docs(cls).get(f, "").strip()] == []
+
+
+def test_a_fields_help_is_the_string_written_under_it() -> None:
+    docs = field_docs(BusConfig)
+    assert docs["topic_prefix"] == "Namespace of every topic name: ``<prefix>.turns`` (env CUA_TOPIC_PREFIX)."
+    assert docs["connect_timeout_s"].startswith("How long a client keeps retrying")
+    assert "\n    " not in docs["connect_timeout_s"]  # the indentation of its lines taken out
+
+    class Half(msgspec.Struct):
+        said: int = 0
+        """Said."""
+        unsaid: int = 0
+
+    assert field_docs(Half) == {"said": "Said."}
 
 
 def test_the_launcher_and_the_loaders_take_their_classes_from_the_registry() -> None:

@@ -78,7 +78,7 @@ def episode(model_dir: Path, blobs: LocalBlobStore, turns: int) -> TurnEvent:
 
 def full_logits(backend: TorchBackend, sample: object) -> torch.Tensor:
     """The former path: every position projected on the vocabulary, then the trained ones picked."""
-    from consumers.trainer.images import pixel_inputs
+    from consumers.trainer.sample_images import pixel_inputs
 
     ids = torch.tensor([list(sample.tokens)], dtype=torch.long)  # type: ignore[attr-defined]
     pixel_values, grid = pixel_inputs(sample.images, backend.blobs, backend.processor.image_processor)  # type: ignore[attr-defined]

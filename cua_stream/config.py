@@ -7,12 +7,18 @@ command-line flags override both (the CLI passes them as ``overrides``).
 
 from __future__ import annotations
 
+import ast
 import difflib
+import importlib
+import inspect
+import itertools
 import os
 import re
+import textwrap
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import msgspec
@@ -22,25 +28,69 @@ import yaml
 from cua_stream.errors import ConfigError
 from cua_stream.topics import Topics
 
-__all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "read_file"]
+__all__ = [
+    "SECTIONS",
+    "BusConfig",
+    "ConfigError",
+    "Secret",
+    "build",
+    "bus_config",
+    "field_docs",
+    "read_file",
+    "section_class",
+]
 
 ENV_PREFIX = "CUA_"
-SECTIONS = frozenset(
+SECTIONS: Mapping[str, str] = MappingProxyType(
     {
-        "bus",
-        "broker",
-        "engine",
-        "gateway",
-        "producer",
-        "scorer",
-        "trainer",
-        "sft",
-        "demo",
-        "chaos",
-        "dashboard",
+        "bus": "cua_stream.config:BusConfig",
+        "broker": "cua_stream.broker.local:BrokerConfig",
+        "engine": "cua_stream.engine.config:EngineConfig",
+        "gateway": "cua_stream.gateway.config:GatewayConfig",
+        "producer": "producers.config:ProducerConfig",
+        "scorer": "consumers.scorer.config:ScorerConfig",
+        "trainer": "consumers.trainer.config:TrainerConfig",
+        "sft": "consumers.trainer.sft:SftConfig",
+        "chaos": "cua_stream.chaos.config:ChaosConfig",
+        "dashboard": "consumers.dashboard.config:DashboardConfig",
     }
 )
-"""The sections a config file may have: ``bus`` plus one per daemon config."""
+"""The settings registry: each section a config file may have, with the class that holds its settings
+(``module:Class``), written here only. Names, not imports: this module sits below the daemons it
+configures; ``section_class`` imports a section's class, ``section_of`` names a class's section."""
+
+
+def section_class(section: str) -> type[msgspec.Struct]:
+    """The settings class of ``section`` (imported on demand)."""
+    module, _, name = SECTIONS[section].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def section_of(cls: type) -> str:
+    """The section whose settings ``cls`` holds (a class outside the registry is a programming error)."""
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    for section, registered in SECTIONS.items():
+        if registered == path:
+            return section
+    raise LookupError(f"{path} is no section's settings class (cua_stream.config.SECTIONS)")
+
+
+def field_docs(cls: type[msgspec.Struct]) -> dict[str, str]:
+    """Each field's help text, read from the class's source: the string written under the field (its
+    attribute docstring), the one place a setting is described. A field without one is left out."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    assert isinstance(body, ast.ClassDef), cls
+    docs: dict[str, str] = {}
+    for field, after in itertools.pairwise(body.body):
+        if (
+            isinstance(field, ast.AnnAssign)
+            and isinstance(field.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[field.target.id] = inspect.cleandoc(after.value.value)
+    return docs
 
 
 class Secret(str):
@@ -66,8 +116,11 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     episode_partitions: int = 4
     """Partitions of each episode topic; the same for all so groups co-partition."""
     replication_factor: int = 1
+    """Copies of each topic's partitions the brokers keep (1: one broker, no copy)."""
     client_id: str = "cua-stream"
+    """The name this process's Kafka clients give the brokers (their logs and quotas show it)."""
     request_timeout_ms: int = 30_000
+    """How long a client waits for a broker's answer to one request."""
     connect_timeout_s: float = 30.0
     """How long a client keeps retrying (with backoff) to reach the brokers at start before giving up
     with a one-line error."""
@@ -267,13 +320,15 @@ def read_file(path: Path) -> dict[str, Any]:
 
 def build[T: msgspec.Struct](
     cls: type[T],
-    section: str,
+    section: str | None = None,
     *,
     file_data: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> T:
-    """Build config ``cls`` from file section < environment < overrides; errors name ``section.field``."""
+    """Build config ``cls`` from file section < environment < overrides; errors name ``section.field``.
+    ``section``: by default ``cls``'s in the registry; named for a view of another's (the trainer's rules)."""
+    section = section or section_of(cls)
     merged: dict[str, Any] = dict((file_data or {}).get(section, {}) or {})
     for (where, field), why in FILE_REFUSED.items():
         if where == section and (field in merged or (overrides or {}).get(field) is not None):
@@ -311,18 +366,19 @@ def _name_field(section: str, message: str) -> str:
 def bus_config(
     overrides: Mapping[str, Any] | None = None, file_data: Mapping[str, Any] | None = None
 ) -> BusConfig:
-    return build(BusConfig, "bus", file_data=file_data, overrides=overrides)
+    return build(BusConfig, file_data=file_data, overrides=overrides)
 
 
 def stage_config[T: msgspec.Struct](
     cls: type[T],
-    section: str,
     file_data: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> T:
-    """A daemon's ``[section]`` (file < env < overrides) with the ``[bus]`` section as its ``bus`` field:
-    the one loader every stage's config goes through (bus settings inside the section are refused)."""
+    """A daemon's section (``cls``'s in the registry; file < env < overrides) with the ``[bus]`` section as
+    its ``bus`` field: the one loader every stage's config goes through (bus settings inside the section
+    are refused)."""
+    section = section_of(cls)
     if file_data and "bus" in (file_data.get(section) or {}):
         raise ConfigError(f"{section}.bus: put bus settings in the [bus] section")
     built = build(cls, section, file_data=file_data, overrides=overrides)

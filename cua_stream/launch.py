@@ -22,11 +22,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from cua_stream.config import ConfigError, convert
+from cua_stream.config import ConfigError, convert, section_class
 from cua_stream.demo import DemoPlan, demo_settings
 
 RolloutPath = Literal["generate", "session"]
 SECTIONS = ("engine", "gateway", "producer", "scorer", "trainer")
+"""The daemons' sections a launch resolves (their classes: ``cua_stream.config.SECTIONS``)."""
 SESSION_MAX_SEQ_LEN = 32768
 
 
@@ -92,22 +93,6 @@ def preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def _classes() -> dict[str, type[msgspec.Struct]]:
-    from consumers.scorer.config import ScorerConfig
-    from consumers.trainer.config import TrainerConfig
-    from cua_stream.engine.config import EngineConfig
-    from cua_stream.gateway.config import GatewayConfig
-    from producers.config import ProducerConfig
-
-    return {
-        "engine": EngineConfig,
-        "gateway": GatewayConfig,
-        "producer": ProducerConfig,
-        "scorer": ScorerConfig,
-        "trainer": TrainerConfig,
-    }
-
-
 def _defaults(cls: type[msgspec.Struct]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in msgspec.structs.fields(cls):
@@ -128,7 +113,8 @@ def resolve(
     """Every daemon's settings: defaults < preset < ``file_data``; plus the run's launcher argv."""
     file_data = file_data or {}
     resolved: dict[str, Any] = {}
-    for section, cls in _classes().items():
+    for section in SECTIONS:
+        cls = section_class(section)  # the registry's: config.SECTIONS
         values = _defaults(cls)
         for layer, where in ((chosen.settings.get(section, {}), f"preset {chosen.name}"),
                              (file_data.get(section, {}) or {}, "config file")):  # fmt: skip

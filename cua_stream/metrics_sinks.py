@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from cua_stream.events import Event, GroupDropped, TrainStep, WorkRequest
-from cua_stream.versions import staleness
+from cua_stream.versions import staleness, trained_from
 
 SinkKind = Literal["tensorboard", "wandb"]
 KINDS: tuple[str, ...] = get_args(SinkKind)
@@ -83,8 +83,9 @@ def step_scalars(
     for key, value in step.metrics.items():
         if key not in NOT_SCALARS:
             values[tag_of(key)] = float(value)
-    lags = [staleness(step.policy_version - 1, issued[g]) for g in step.group_ids if g in (issued or {})]
-    if lags:  # the step trained with the weights one version before the one it produced
+    start = trained_from(step.policy_version)
+    lags = [staleness(start, issued[g]) for g in step.group_ids if g in (issued or {})]
+    if lags:
         values["staleness/mean"] = sum(lags) / len(lags)
         values["staleness/max"] = float(max(lags))
     values["drops/total"] = float(len(drops))

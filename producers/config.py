@@ -74,17 +74,22 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     seed, so a run is repeatable): their actions take ``scripted_long_factor`` times
     ``scripted_action_latency_s``, a long tail as computer-use has (a few slow tasks among many quick)."""
     scripted_long_factor: float = 1.0
+    """``scripted`` only: how many times longer a long episode's actions take (1: none are)."""
     model_name: str = "qwen3-vl"
     """The name LiteLLM sends (the gateway serves one model whatever the name)."""
     max_input_tokens: int = 0
     """The prompt budget computer-1 compacts against; 0: the gateway's context length."""
     max_turns: int = 15
+    """Turns (model calls) an episode may take before it ends unfinished."""
     max_parse_errors: int | None = None
     """End an episode after this many consecutive replies that do not parse (None: computer-1 asks again
     until ``max_turns``)."""
     desktop_width: int = 800
+    """The episode desktop's width, in pixels (64..8192)."""
     desktop_height: int = 600
+    """The episode desktop's height, in pixels (64..8192)."""
     agent_timeout_s: float = 600.0
+    """How long one episode's agent may run (Harbor's agent timeout) before the trial stops it."""
     trials_dir: str = ""
     """Harbor's trial directories (logs, trajectories, results); empty: ``<state dir>/trials``."""
     max_staleness: int | None = None
@@ -94,10 +99,13 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """On the first SIGTERM, how long in-flight episodes may take to finish before they are cancelled
     (with ``abandoned`` outcomes); a second SIGTERM cancels at once."""
     metrics_host: str = "127.0.0.1"
+    """The address the metrics page binds (with ``metrics_port``)."""
     metrics_port: int | None = None
+    """Serve Prometheus text at http://<metrics_host>:<metrics_port>/metrics (0: any free port; None: off)."""
     progress: bool = False
     """Show a live progress table on the terminal (rich)."""
     bus: BusConfig = BusConfig()
+    """Filled from the ``[bus]`` section (a producer's own section holds no bus settings)."""
 
     def __post_init__(self) -> None:
         if not self.gateway_url.startswith(("http://", "https://")):
@@ -193,4 +201,4 @@ def producer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> ProducerConfig:
     """The ``[producer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(ProducerConfig, "producer", file_data, overrides, bus_overrides)
+    return stage_config(ProducerConfig, file_data, overrides, bus_overrides)

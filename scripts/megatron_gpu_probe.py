@@ -39,8 +39,10 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # cua_stream.models.tiny (transformers only)
+# the worker as it runs (by its file): its own folder first on the path, where it finds megatron_cpu
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumers/trainer/megatron"))
 
-from megatron_vl_worker import Trainer
+from worker import Trainer
 
 from cua_stream.models.tiny import IM_END_ID, IMAGE_PAD_ID, build_model
 

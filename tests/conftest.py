@@ -15,10 +15,12 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import random
+import shutil
 import socket
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -48,6 +50,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
             return "heavy" if nodeid.startswith(HEAVY) else super()._split_scope(nodeid)
 
     return HeavyTogether(config, log)  # type: ignore[arg-type]
+
+
+def desktop_skip(needs: Mapping[str, Any], *, root: bool, which: Callable[[str], str | None]) -> str | None:
+    """Why a test marked ``desktop`` cannot run on this host (None: it can). ``needs``: the mark's keywords.
+    By default the whole local desktop, whose per-episode namespaces need root; ``root=False`` with
+    ``programs=(...)``: a test that drives only those programs (a bare X server), as any user. A missing
+    program of the whole desktop is not a skip: on a root host (CI) the test fails and says which."""
+    if needs.get("root", True) and not root:
+        return "the local desktop needs root for its per-episode namespaces (CI runs as root)"
+    missing = [p for p in needs.get("programs", ()) if which(p) is None]
+    return (
+        f"needs {', '.join(missing)} (`cua-stream desktop doctor` names their packages)" if missing else None
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before any fixture starts a broker or a model for it
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # every desktop test skips here, by its mark, rather than each module choosing its own condition
+    mark = item.get_closest_marker("desktop")
+    if mark is not None and (why := desktop_skip(mark.kwargs, root=os.geteuid() == 0, which=shutil.which)):
+        pytest.skip(why)
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from cua_stream.events import (
 )
 from cua_stream.learn_table import rows_json, stage_of, stage_table
 from cua_stream.metrics import quantile
-from cua_stream.versions import staleness
+from cua_stream.versions import staleness, trained_from
 
 EPISODES_KEPT = 300
 EVALS_KEPT = 100
@@ -243,7 +243,7 @@ class Board:
     def _stale(self, trained_version: int, issued_version: int) -> None:
         """A group trained into ``trained_version`` (by weights one version older) from work issued under
         ``issued_version``: how many versions its rollouts lagged."""
-        count(self.staleness, staleness(trained_version - 1, issued_version))
+        count(self.staleness, staleness(trained_from(trained_version), issued_version))
 
     def _episode(self, episode_id: str, group_id: str) -> Episode:
         ep = self.episodes.get(episode_id)

@@ -15,7 +15,9 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """What the dashboard reads (live, or a replayed range) and where it serves the page."""
 
     host: str = "127.0.0.1"
+    """The address the dashboard's HTTP server binds."""
     port: int = 8050
+    """The dashboard's HTTP port."""
     start: str = ""
     """Where reading starts on every topic's partitions: an offset, ``@epoch-ms``, an ISO-8601 time or
     ``beginning``; empty: the beginning (the whole run so far)."""
@@ -38,6 +40,7 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     once. Counted by the app, not by uvicorn's ``limit_concurrency``: that counted connections whose
     request was not read yet, and refused without Retry-After (300 simultaneous clients got 19 streams)."""
     bus: BusConfig = BusConfig()
+    """Filled from the ``[bus]`` section: the topics the dashboard reads."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -66,4 +69,4 @@ def dashboard_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> DashboardConfig:
     """The ``[dashboard]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(DashboardConfig, "dashboard", file_data, overrides, bus_overrides)
+    return stage_config(DashboardConfig, file_data, overrides, bus_overrides)

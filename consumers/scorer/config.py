@@ -27,6 +27,7 @@ class ScorerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_batch: int = 200
     """Outcomes per poll, and so per Kafka transaction."""
     metrics_host: str = "127.0.0.1"
+    """The address the metrics page binds (with ``metrics_port``)."""
     metrics_port: int | None = None
     """Serve Prometheus text at http://<metrics_host>:<metrics_port>/metrics (0: any free port)."""
     bus: BusConfig = BusConfig()
@@ -57,4 +58,4 @@ def scorer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> ScorerConfig:
     """The ``[scorer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(ScorerConfig, "scorer", file_data, overrides, bus_overrides)
+    return stage_config(ScorerConfig, file_data, overrides, bus_overrides)

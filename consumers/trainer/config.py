@@ -71,15 +71,23 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     a group that waited in the queue. Each step records how many tokens it masked
     (``masked_stale_tokens``); consumers/trainer/stale_mask.py."""
     on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
+    """A group with a discarded episode: ``drop_group`` drops it whole (a discard is not the policy's
+    doing, and the survivors alone would bias the baseline); ``keep_survivors`` trains the rewarded
+    episodes when at least ``min_survivors`` remain (consumers/trainer/grpo.py)."""
     min_survivors: int = 2
+    """With ``keep_survivors``: the fewest rewarded episodes a group with discards trains with."""
     filter_zero_variance: bool = False
+    """Drop a group whose rewards are all equal (no signal: every advantage is 0)."""
     std_normalize: bool = True
+    """Advantages ``(r - mean) / (std + eps)`` over the group (GRPO); False: ``r - mean`` (Dr. GRPO)."""
     negative_scale: float = 1.0
     """Multiplies the advantages of episodes under their group's mean (1: GRPO; 0: only the episodes
     that beat it are reinforced, RAFT-style; consumers/trainer/grpo.py)."""
     group_timeout_s: float = 900.0
     """A group not complete this long after it was issued (or first seen) is dropped as ``timeout``."""
     max_seq_len: int = 32768
+    """The longest sample trained, in tokens: a longer one is cut at a call boundary
+    (consumers/trainer/samples.py)."""
     temperature: float = 1.0
     """The training temperature (the sessions sample with it; logprobs are taken at it)."""
     max_new_tokens: int = 512
@@ -101,17 +109,24 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     backend that wrote it only."""
     device: str = "cpu"
     """Where the megatron backend's model trains: ``cpu`` (float32) or ``cuda`` / ``cuda:N`` (bfloat16
-    weights, float32 AdamW masters: scripts/megatron_vl_worker.py). The torch backend trains on the CPU."""
+    weights, float32 AdamW masters: consumers/trainer/megatron/worker.py). The torch backend trains on the
+    CPU."""
     lr: float = 1e-5
+    """AdamW's learning rate (after the warmup)."""
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;
-    consumers/trainer/schedule.py says why)."""
+    consumers/trainer/lr_schedule.py says why)."""
     passes: int = 1
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
     ratio clip bounds how far a token's probability moves from the sampler's."""
     clip_low: float = 0.2
+    """PPO's clip below: a token's ratio is clipped at ``1 - clip_low`` (consumers/trainer/loss.py)."""
     clip_high: float = 0.28
+    """PPO's clip above: a token's ratio is clipped at ``1 + clip_high`` (higher than ``clip_low``: DAPO's
+    clip-higher)."""
     tis_clip: float | None = None
+    """Truncated importance sampling: the loss is weighted by ``min(exp(logp_old - logp_rollout),
+    tis_clip)``, the correction for an engine whose logprobs differ from the trainer's; None: off."""
     kl_coef: float = 0.0
     """Weight of the k3 KL to the run's starting weights in every token's loss (GRPO's β; 0: off, no
     reference model kept). Costs one more forward pass per step."""
@@ -119,6 +134,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """``episode``: GRPO's token mean per episode, then the mean over episodes; ``token``: DAPO's mean
     over every trained token of the step (consumers/trainer/loss.py says when each fits)."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global norm before each optimizer step."""
     max_steps: int = 0
     """Stop after this many optimizer steps (0: run until stopped)."""
     checkpoint_dir: str = ""
@@ -160,6 +176,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     or ``retract`` (generations in flight aborted and continued by the gateway under the new weights).
     README "Weight updates"."""
     drain_timeout_s: float = 60.0
+    """``weight_update = drain``: how long the gateway, closed to new calls, waits for the calls in flight
+    to finish before the weights load anyway."""
     min_step_s: float = 0.0
     """For benchmarks only: each optimizer step is padded (a sleep) to at least this long, a fixed step
     time standing in for a real model's (``bench/loop_sync_async.py``); 0: no padding."""
@@ -168,12 +186,15 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     gateway_api_key: Secret | None = None
     """The gateway's admin key (drain and resume around a weight load), when it has one."""
     metrics_host: str = "127.0.0.1"
+    """The address the metrics page binds (with ``metrics_port``)."""
     metrics_port: int | None = None
+    """Serve Prometheus text at http://<metrics_host>:<metrics_port>/metrics (0: any free port; None: off)."""
     metrics_sinks: list[str] = []
     """Where each step's scalars also go, as it is published: ``tensorboard:DIR`` (event files under
     ``DIR/<run_id>``) or ``wandb:DIR`` (an offline W&B run; ``wandb sync`` uploads it). README "Metrics
     in TensorBoard and W&B"."""
     bus: BusConfig = BusConfig()
+    """Filled from the ``[bus]`` section (the trainer's own section holds no bus settings)."""
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}", self.run_id):
@@ -308,4 +329,4 @@ def trainer_config(
     bus_overrides: Mapping[str, Any] | None = None,
 ) -> TrainerConfig:
     """The ``[trainer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
-    return stage_config(TrainerConfig, "trainer", file_data, overrides, bus_overrides)
+    return stage_config(TrainerConfig, file_data, overrides, bus_overrides)

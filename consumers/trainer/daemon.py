@@ -49,10 +49,10 @@ from consumers.trainer.intake import READS, Intake
 from consumers.trainer.join import GroupState, Join
 from consumers.trainer.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.loss import LossStats
+from consumers.trainer.lr_schedule import warmup_lr
 from consumers.trainer.megatron_vl_backend import MegatronVLBackend
 from consumers.trainer.metrics import TrainerMetrics
 from consumers.trainer.rerun import recorded_batches, start_error
-from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.settings import settings_record
 from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue

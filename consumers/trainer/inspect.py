@@ -30,6 +30,7 @@ from consumers.trainer.samples import CallTreeError, Sample, Vocabulary
 from consumers.trainer.stale_mask import mask_episodes
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Discard, Reward, TrainStep
+from cua_stream.versions import trained_from
 
 
 class StepRules(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,7 +133,7 @@ def _group(
     if state is None or state.scored == 0:
         return GroupBatch(group_id, None, error="no scores of the group on the topics")
     policy = rules.policy(group_size=state.scored)  # the trainer judged it once all were scored
-    version = max(step.policy_version - 1, 0)  # the version the step trained (read by the mask only)
+    version = max(trained_from(step.policy_version), 0)  # read by the mask only
     try:
         judgement, _ = assess(
             state, policy=policy, version=version, max_seq_len=rules.max_seq_len, vocab=vocab

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from consumers.trainer.calltree import AttemptTree, EpisodeView
+from consumers.trainer.episode_view import AttemptTree, EpisodeView
 from consumers.trainer.inspect import EpisodeBatch, StepBatch, StepRules, segments, version_runs
 from consumers.trainer.recompute import REL_TOL, Recomputation, TokenGap
 from consumers.trainer.samples import Sample

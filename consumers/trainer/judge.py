@@ -21,8 +21,8 @@ from consumers.trainer.grpo import (
     drop,
     invalid_rewards,
 )
-from consumers.trainer.images import stored_image
 from consumers.trainer.join import Coordinates, GroupState
+from consumers.trainer.sample_images import stored_image
 from consumers.trainer.samples import CallTreeError, Sample, assemble, oldest_trained_version
 from consumers.trainer.stale_mask import newest_trained_version
 from cua_stream.blobs import BlobStore

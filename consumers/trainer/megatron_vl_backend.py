@@ -1,5 +1,5 @@
 """The Megatron trainer backend for Qwen3-VL: the torch backend's interface, driving
-``scripts/megatron_vl_worker.py --serve`` in megatron-bridge's own venv (``scripts/megatron-env.sh``;
+``consumers/trainer/megatron/worker.py --serve`` in megatron-bridge's own venv (``scripts/megatron-env.sh``;
 megatron-bridge pins a transformers cua-stream's venv cannot hold, so the model lives in another process).
 
 The worker keeps the model (converted by megatron-bridge's ``AutoBridge``) and its AdamW across steps and
@@ -21,15 +21,15 @@ import torch
 
 from consumers.trainer.checks import Vocabulary
 from consumers.trainer.grpo import carries_signal
-from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats
+from consumers.trainer.megatron import worker_file
+from consumers.trainer.sample_images import pixel_inputs
 from consumers.trainer.torch_backend import StepStats, TrainItem, loss_mask
 from cua_stream.blobs import BlobStore
 from cua_stream.config import child_env, environ
 from cua_stream.image_grid import ImageGeometry
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "scripts/megatron_vl_worker.py"
 DONE = "megatron-worker-done"
 FAILED = "megatron-worker-failed"
 
@@ -44,7 +44,13 @@ def megatron_python() -> str:
     given = environ().get("CUA_MEGATRON_PYTHON")
     if given:
         return given
-    done = subprocess.run(["bash", str(ROOT / "scripts/megatron-env.sh")], capture_output=True, text=True)
+    script = ROOT / "scripts/megatron-env.sh"
+    if not script.is_file():  # an installed wheel: scripts/ is a checkout's
+        raise WorkerError(
+            "CUA_MEGATRON_PYTHON is not set and no checkout's scripts/megatron-env.sh is here to make "
+            "megatron-bridge's venv: set CUA_MEGATRON_PYTHON to megatron-bridge's python"
+        )
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True)
     if done.returncode != 0:
         why = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise WorkerError(
@@ -115,7 +121,7 @@ class MegatronVLBackend:
         self._tmp = tempfile.TemporaryDirectory(prefix="megatron-worker-")
         self._n = 0
         self._proc = subprocess.Popen(
-            [python or megatron_python(), str(WORKER), "--serve"],
+            [python or megatron_python(), str(worker_file()), "--serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

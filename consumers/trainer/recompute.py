@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from consumers.trainer.inspect import StepBatch
 from consumers.trainer.samples import Sample
 from cua_stream.events import TrainStep
+from cua_stream.versions import trained_from
 
 REL_TOL = 1e-4
 ABS_TOL = 1e-6
@@ -148,7 +149,7 @@ def recomputation(
     ``trainer_logprobs`` (per sample of ``batch_items(batch)``, in that order) beside the record."""
     samples = [sample for sample, _, _ in batch_items(batch)]
     return Recomputation(
-        start_version=batch.step.policy_version - 1,
+        start_version=trained_from(batch.step.policy_version),
         checks=tuple(compare(batch.step, recomputed, passes=passes)),
         gaps=tuple(widest_gaps(samples, trainer_logprobs, top_k)),
     )

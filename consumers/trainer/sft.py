@@ -42,12 +42,17 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     batch_size: int = 4
     """Samples per optimizer step."""
     lr: float = 1e-4
+    """AdamW's learning rate."""
     max_grad_norm: float = 1.0
+    """Gradients are clipped to this global norm before each optimizer step."""
     temperature: float = 1.0
     """Logprobs are taken at the training temperature, as GRPO takes them."""
     min_reward: float = 1.0
+    """The least reward an episode's verdict gives for it to be a demonstration."""
     max_seq_len: int = 32768
+    """The longest sample trained, in tokens: a longer one is cut at a call boundary, as GRPO cuts it."""
     seed: int = 0
+    """Seeds torch and the batches' order in each epoch."""
     blob_dir: str = ""
     """The blob store the gateway wrote the screenshots to; empty: ``<state dir>/blobs``."""
     drawn: int = 0
@@ -58,6 +63,7 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     """The drawn screens' first layout seed: between GRPO's (CRC-32s, below 2^32) and the evaluations'
     (2^40 and up), so no drawn layout is one a policy is trained or measured on."""
     bus: BusConfig = BusConfig()
+    """Filled from the ``[bus]`` section: where the demonstration runs' records are read."""
 
     def __post_init__(self) -> None:
         if not self.run_ids or not all(self.run_ids):

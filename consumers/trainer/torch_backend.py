@@ -18,8 +18,8 @@ import torch
 
 from consumers.trainer.checks import Vocabulary
 from consumers.trainer.grpo import carries_signal
-from consumers.trainer.images import pixel_inputs
 from consumers.trainer.loss import LossConfig, LossStats, policy_loss
+from consumers.trainer.sample_images import pixel_inputs
 from consumers.trainer.samples import Sample
 from consumers.trainer.sft import sft_loss
 from cua_stream.blobs import BlobStore

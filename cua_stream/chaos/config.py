@@ -23,6 +23,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     seed: int = 0
     """Seeds the fault schedule (and names the run)."""
     faults: int = 30
+    """Faults the schedule injects (0: a run without faults)."""
     every_s: float = 3.0
     """Mean time between faults (a Poisson process)."""
     max_pause_s: float = 12.0
@@ -31,13 +32,19 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """GRPO steps the trainer takes at least: the run stops it once it has taken them and every fault of
     the schedule has been applied and healed (a quick trainer trains on meanwhile)."""
     groups_per_step: int = 2
+    """The trainer's ``groups_per_step`` in the run."""
     group_size: int = 4
+    """The trainer's ``group_size`` in the run (episodes per GRPO group)."""
     max_staleness: int = 2
+    """The trainer's ``max_staleness`` in the run."""
     producers: int = 2
+    """Producer processes the run starts (each one a target of the fault schedule)."""
     concurrency: int = 4
     """Episodes per producer at once."""
     turns: int = 2
+    """Turns per episode (the producers' ``max_turns``)."""
     max_new_tokens: int = 8
+    """Completion tokens per call (small: the tiny model's replies are not read)."""
     desktop_size: int = 256
     """``fast``: the scripted screenshots' width and height (pixels)."""
     base_port: int = 29500

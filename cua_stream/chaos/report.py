@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cua_stream.chaos.fault_schedule import Fault
 from cua_stream.chaos.invariants import Check
-from cua_stream.chaos.sampling import Point
-from cua_stream.chaos.schedule import Fault
+from cua_stream.chaos.resource_usage import Point
 from cua_stream.chaos.soak import memory_growth, spreads
 
 

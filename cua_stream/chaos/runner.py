@@ -36,10 +36,10 @@ from cua_stream.chaos import loop
 from cua_stream.chaos.config import ChaosConfig
 from cua_stream.chaos.daemons import Daemon
 from cua_stream.chaos.evidence import files_under, listeners, read_run
+from cua_stream.chaos.fault_schedule import BROKER, Action, Fault, plan
 from cua_stream.chaos.invariants import check_all
 from cua_stream.chaos.report import Applied, ChaosReport
-from cua_stream.chaos.sampling import Sampler
-from cua_stream.chaos.schedule import BROKER, Action, Fault, plan
+from cua_stream.chaos.resource_usage import Sampler
 from cua_stream.config import BusConfig, ConfigError, convert
 from cua_stream.errors import DaemonDidNotStart, PortInUse
 from cua_stream.events import Discard, TrainStep

@@ -12,6 +12,7 @@ import msgspec
 from consumers.trainer.inspect import StepBatch
 from consumers.trainer.recompute import Recomputation, batch_items, recomputation
 from cua_stream.config import ConfigError, require_model_dir, state_dir
+from cua_stream.versions import trained_from
 
 if TYPE_CHECKING:
     from consumers.trainer.loss import LossConfig
@@ -71,7 +72,7 @@ def recompute(batch: StepBatch, directory: Path, rules: RecomputeRules, *, top_k
             "the config's trainer.model_path"
         )
     require_model_dir("--model (or trainer.model_path)", rules.model_path)
-    weights = start_weights(directory, batch.step.run_id, batch.step.policy_version - 1)
+    weights = start_weights(directory, batch.step.run_id, trained_from(batch.step.policy_version))
     from consumers.trainer.torch_backend import TorchBackend, TrainItem
     from cua_stream.blobs import open_blob_store
 

@@ -36,12 +36,11 @@ def broker_and_topics(
 ) -> tuple[LocalBroker, BusConfig]:
     """Start the local broker (or find it running) and create the topics (under ``prefix``, else the
     config's); the bus that reaches them."""
-    broker = LocalBroker(build(BrokerConfig, "broker", file_data=file_data))
+    broker = LocalBroker(build(BrokerConfig, file_data=file_data))
     step("starting the local Kafka broker (the first run downloads ~45 MB of jars)")
     out.print("    " + broker.start().describe())
     bus = build(
         BusConfig,
-        "bus",
         file_data=file_data,
         overrides={"bootstrap_servers": broker.config.bootstrap_servers, "topic_prefix": prefix},
     )

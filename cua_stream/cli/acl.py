@@ -32,7 +32,7 @@ BrokerHome = Annotated[
 @friendly_errors
 def print_(prefix: Prefix = None, config: ConfigFile = None) -> None:
     """The ACLs of every role for the topics under ``--prefix`` (nothing is contacted)."""
-    topic_prefix = prefix or build(BusConfig, "bus", file_data=load_file(config)).topic_prefix
+    topic_prefix = prefix or build(BusConfig, file_data=load_file(config)).topic_prefix
     table = Table("principal", "resource", "name", "pattern", "operation", "permission")
     for acl in acls(topic_prefix):
         table.add_row(
@@ -57,7 +57,7 @@ def apply(
 ) -> None:
     """Grant every role its ACLs for ``--prefix`` (idempotent)."""
     if broker_home is not None:
-        broker = LocalBroker(build(BrokerConfig, "broker", overrides={"home": broker_home}))
+        broker = LocalBroker(build(BrokerConfig, overrides={"home": broker_home}))
         admin_bus = {**broker.client_bus("admin"), "bootstrap_servers": broker.status().bootstrap_servers}
         bus = bus_config({**admin_bus, "topic_prefix": prefix}, load_file(config))
     else:

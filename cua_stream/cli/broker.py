@@ -21,7 +21,7 @@ Port = Annotated[int | None, typer.Option("--port", help="Client port (env CUA_B
 
 def _broker(home: str | None, port: int | None, config_file: Path | None, **extra: Any) -> LocalBroker:
     overrides = {"home": home, "port": port, **extra}
-    return LocalBroker(build(BrokerConfig, "broker", file_data=load_file(config_file), overrides=overrides))
+    return LocalBroker(build(BrokerConfig, file_data=load_file(config_file), overrides=overrides))
 
 
 @app.command()

@@ -65,14 +65,13 @@ def chaos(
     import anyio
 
     from cua_stream.chaos.config import ChaosConfig
+    from cua_stream.chaos.fault_schedule import kind
     from cua_stream.chaos.invariants import totals
     from cua_stream.chaos.runner import Chaos
-    from cua_stream.chaos.schedule import kind
     from cua_stream.config import build
 
     cfg = build(
         ChaosConfig,
-        "chaos",
         file_data=load_file(config),
         overrides={
             "mode": mode,
@@ -141,7 +140,7 @@ def chaos(
 
 
 def _resources(report: ChaosReport) -> None:
-    from cua_stream.chaos.sampling import plot
+    from cua_stream.chaos.resource_usage import plot
     from cua_stream.chaos.soak import memory_growth, spreads
 
     table = Table("daemon", "memory early (MB)", "late (MB)", "peak (MB)", "bounded", "loop lag p50 / p99 / max (ms)",

@@ -149,7 +149,7 @@ def _local_broker_on(port: int) -> int | None:
     from cua_stream.broker import BrokerConfig, LocalBroker
     from cua_stream.config import build
 
-    status = LocalBroker(build(BrokerConfig, "broker")).status()
+    status = LocalBroker(build(BrokerConfig)).status()
     return status.pid if status.running and status.bootstrap_servers.endswith(f":{port}") else None
 
 

@@ -32,7 +32,6 @@ def engine(
 
     cfg = build(
         EngineConfig,
-        "engine",
         file_data=load_file(config),
         overrides={
             "model_path": model_path,

@@ -430,7 +430,7 @@ def _bus(file_data: dict[str, Any], bootstrap: str | None, prefix: str | None, s
         return broker_and_topics(file_data, step, prefix=prefix)[1]
     step(f"using the Kafka broker at {bootstrap}")
     overrides = {"bootstrap_servers": bootstrap, "topic_prefix": prefix}
-    bus = build(BusConfig, "bus", file_data=file_data, overrides=overrides)
+    bus = build(BusConfig, file_data=file_data, overrides=overrides)
     step("creating the topics")
     create_topics(bus)
     return bus

@@ -44,7 +44,6 @@ def gateway(
     file_data = load_file(config)
     cfg = build(
         GatewayConfig,
-        "gateway",
         file_data=file_data,
         overrides={
             "model_path": model_path,

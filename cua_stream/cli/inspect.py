@@ -3,7 +3,7 @@
 ``step`` reads the step's ``TrainStep`` record and its groups' turns, summaries and scores, rebuilds the
 batch with the trainer's own functions (``consumers.trainer.inspect``) and checks it against the record;
 ``episode`` shows one episode's calls, compactions, samples, score and the step that trained it
-(``consumers.trainer.calltree``). Both only read (group-less, committed records).
+(``consumers.trainer.episode_view``). Both only read (group-less, committed records).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import anyio
 import typer
 from rich.console import Console
 
-from consumers.trainer.calltree import episode_view
+from consumers.trainer.episode_view import episode_view
 from consumers.trainer.inspect import StepRules
 from consumers.trainer.inspect_read import episode_records, read_step, steps_of
 from consumers.trainer.inspect_render import (

@@ -48,7 +48,6 @@ def sft(
     file_data = load_file(config)
     cfg = build(
         SftConfig,
-        "sft",
         file_data=file_data,
         overrides={
             "run_ids": run_id,

@@ -21,7 +21,7 @@ from cua_stream.engine.forward import forward, prompt_position_ids, step_positio
 from cua_stream.engine.params import SamplingParams
 from cua_stream.engine.sampling import draw
 from cua_stream.errors import EngineInputError, ImageDataError
-from cua_stream.images import b64decode_strict, check_pixels, data_url_payload
+from cua_stream.image_bytes import b64decode_strict, check_pixels, data_url_payload
 
 __all__ = ["EngineInputError", "Gate", "Job", "ModelRunner", "PixelInputs", "decode_image_data"]
 

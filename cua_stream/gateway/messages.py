@@ -19,7 +19,7 @@ import msgspec
 
 from cua_stream.errors import ImageDataError
 from cua_stream.gateway.refusal import bad_request
-from cua_stream.images import b64decode_strict
+from cua_stream.image_bytes import b64decode_strict
 
 ROLES = frozenset({"system", "user", "assistant"})
 _DATA_URL_HEAD = re.compile(rb'"data:[\w.+-]+/[\w.+-]+;base64,')

@@ -30,8 +30,8 @@ from cua_stream.gateway import template as chat_template
 from cua_stream.gateway.fast_encoder import FastEncoder
 from cua_stream.gateway.messages import ImagePart, Message
 from cua_stream.gateway.refusal import bad_request
+from cua_stream.image_bytes import check_pixels, sniff_mime
 from cua_stream.image_grid import ImageGeometry
-from cua_stream.images import check_pixels, sniff_mime
 
 
 @dataclass(frozen=True, slots=True)

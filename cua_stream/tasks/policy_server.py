@@ -9,7 +9,7 @@ first such request, and stops with itself).
 ``cua-stream policies`` serves it; ``record-oracle`` points the gateway's ``teacher_url`` at it. A server
 too: a request that is not a chat completion gets a 400 in the gateway's JSON error shape saying why
 (bad JSON, a body or ``messages`` of the wrong shape, an image that is not strict base64, not an image,
-truncated or over the pixel limit: the project's one image rule, ``cua_stream.images``), never a
+truncated or over the pixel limit: the project's one image rule, ``cua_stream.image_bytes``), never a
 plain-text 500. Screenshots are decoded in worker threads, ``DECODES_AT_ONCE`` at a time, so ``/health``
 answers meanwhile and memory stays under that many images at the pixel limit (about 340 MB each,
 decoded and converted); up to ``DECODES_WAITING`` more wait their turn, and beyond that a request is
@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse
 
 from cua_stream.errors import BrowserError, ImageDataError, MiniwobMissing, Refusal
 from cua_stream.gateway.openai_format import decode_body, error_body
-from cua_stream.images import b64decode_strict, check_pixels, data_url_payload
+from cua_stream.image_bytes import b64decode_strict, check_pixels, data_url_payload
 from cua_stream.tasks.miniwob import PREFIX, is_miniwob
 from cua_stream.tasks.miniwob.shadow import Shadows
 from cua_stream.tasks.miniwob.suite import installed_suite

@@ -2,7 +2,7 @@
 
 The torch backend (Hugging Face transformers, one sample per forward pass, the images from the blob store
 through the real processor) gives the trainer's logprob of each trained token. The same samples go, packed
-end to end in one THD sequence, to ``scripts/megatron_vl_worker.py`` in megatron-bridge's own venv
+end to end in one THD sequence, to ``consumers/trainer/megatron/worker.py`` in megatron-bridge's own venv
 (``scripts/megatron-env.sh``; it cannot share cua-stream's transformers), which converts the checkpoint
 with megatron-bridge's ``AutoBridge`` (its Qwen3-VL provider and weight mappings) and runs its Qwen3-VL
 model: vision tower, deepstack, M-RoPE restarting per packed sample. On this CPU host megatron-core's local
@@ -22,6 +22,7 @@ import pytest
 import torch
 
 from consumers.trainer.loss import LossConfig, policy_loss
+from consumers.trainer.megatron import worker_file
 from consumers.trainer.megatron_vl_backend import WorkerError, worker_items
 from consumers.trainer.megatron_vl_backend import megatron_python as backend_python
 from consumers.trainer.samples import Sample, assemble
@@ -35,8 +36,7 @@ __all__ = ["tiny_model_dir"]  # fixture
 
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER = ROOT / "scripts/megatron_vl_worker.py"
+WORKER = worker_file()
 TOLERANCE = 1e-3
 """Measured on the tiny model (float32, CPU): text tokens differ by about 1e-6, tokens after a
 screenshot by about 2e-4 (the vision tower's ops in another order)."""

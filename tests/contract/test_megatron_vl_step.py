@@ -1,7 +1,7 @@
 """The Megatron backend's optimizer steps against the torch backend's: the same weights after.
 
 From the tiny checkpoint and the same items, the torch backend (Hugging Face transformers, AdamW) and
-``MegatronVLBackend`` (``scripts/megatron_vl_worker.py --serve`` in megatron-bridge's venv: one process,
+``MegatronVLBackend`` (``consumers/trainer/megatron/worker.py --serve`` in megatron-bridge's venv: one process,
 the model and AdamW living across requests) take the same steps: two passes over a batch with TIS and a
 KL term (the second pass's old logprobs the first's), a learning-rate change (the daemon's warmup), then a
 step where no episode carries a reward (the KL's gradient only: the momentum reset). Each saves its

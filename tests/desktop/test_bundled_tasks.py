@@ -5,7 +5,6 @@ each; all the tasks' episodes of a policy run side by side."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anyio
@@ -27,7 +26,6 @@ pytestmark = [
     pytest.mark.desktop,
     pytest.mark.harbor,
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
     pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
 ]
 

@@ -21,7 +21,6 @@ pytestmark = [
     pytest.mark.model,
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
 ]
 
 

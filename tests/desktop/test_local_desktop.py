@@ -24,7 +24,6 @@ from tests.conftest import wait_until
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.desktop,
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
 ]
 IMPORT_PATH = "cua_stream.desktop.environment:LocalDesktopEnvironment"
 

@@ -6,7 +6,6 @@ episode's Chromium), placed where the screenshot shows the task's frame."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ pytestmark = [
     pytest.mark.harbor,
     pytest.mark.slow,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
     pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
 ]
 

@@ -6,7 +6,6 @@ outcome, and leaves no desktop behind."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -41,7 +40,6 @@ pytestmark = [
     pytest.mark.model,
     pytest.mark.harbor,
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
     pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
 ]
 

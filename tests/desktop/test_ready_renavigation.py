@@ -7,7 +7,6 @@ the ready probe fails, and the oracle still acts on the drawn page on its first 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 from pathlib import Path
 
@@ -28,7 +27,6 @@ pytestmark = [
     pytest.mark.desktop,
     pytest.mark.harbor,
     pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
     pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
 ]
 

@@ -3,7 +3,6 @@ reads (ImageMagick's default 16-bit PPM once made every judgement fail)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -14,10 +13,7 @@ from cua_stream.tasks.ready import screen as capture
 from cua_stream.tasks.ready import shows_page
 
 pytestmark = [
-    pytest.mark.desktop,
-    pytest.mark.skipif(
-        not (shutil.which("Xvfb") and shutil.which("import")), reason="needs Xvfb and ImageMagick"
-    ),
+    pytest.mark.desktop(root=False, programs=("Xvfb", "import")),  # a bare X server and ImageMagick
 ]
 
 

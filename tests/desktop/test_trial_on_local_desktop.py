@@ -5,7 +5,6 @@ scored. Every call of the episode is on the turn topic."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import anyio
@@ -34,7 +33,6 @@ pytestmark = [
     pytest.mark.desktop,
     pytest.mark.kafka,
     pytest.mark.model,
-    pytest.mark.skipif(os.geteuid() != 0, reason="per-episode namespaces need root (CI runs as root)"),
     # Harbor 0.26's own Trial warns about its task checksum API
     pytest.mark.filterwarnings("ignore:Task.checksum will be deprecated:DeprecationWarning"),
 ]

@@ -17,7 +17,6 @@ pytestmark = [
     pytest.mark.model,
     pytest.mark.slow,
     pytest.mark.desktop,
-    pytest.mark.skipif(os.geteuid() != 0, reason="the local desktop needs root (CI runs as root)"),
 ]
 
 

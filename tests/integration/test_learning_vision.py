@@ -42,8 +42,8 @@ from PIL import Image
 
 import consumers.trainer.torch_backend as torch_backend
 from consumers.trainer.grpo import EpisodeResult, GroupPolicy, decide
+from consumers.trainer.lr_schedule import warmup_lr
 from consumers.trainer.samples import assemble
-from consumers.trainer.schedule import warmup_lr
 from consumers.trainer.torch_backend import TorchBackend, TrainItem
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.events import CallKind, Logprobs, Reward, TokenIds, TurnEvent

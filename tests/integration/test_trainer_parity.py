@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from consumers.trainer.images import pixel_inputs
+from consumers.trainer.sample_images import pixel_inputs
 from consumers.trainer.samples import assemble
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.codec import Delivery

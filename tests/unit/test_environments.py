@@ -96,9 +96,9 @@ def test_image_hashes_change_with_their_context_and_base() -> None:
 
 def test_the_tasks_image_carries_only_standard_library_code() -> None:
     context = images.tasks_context()
-    for rel, data in context.items():
-        if not rel.endswith(".py"):
-            continue
+    modules = {rel: data for rel, data in context.items() if rel.endswith(".py")}
+    assert modules  # the task server's modules were found (an empty context holds every rule)
+    for rel, data in modules.items():
         assert rel.startswith("opt/cua_stream/"), rel  # MiniWoB++'s own Python stays out
         for node in ast.walk(ast.parse(data)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
@@ -128,6 +128,7 @@ def test_the_tasks_image_carries_miniwob_pages_and_version_but_none_of_its_pytho
 def test_every_bundled_task_is_an_ordinary_harbor_docker_task() -> None:
     from cua_stream.tasks import TASKS, task_dir
 
+    assert TASKS  # the bundled tasks were found (an empty list holds every rule)
     for task in TASKS:
         dockerfile = (task_dir(task) / "environment" / "Dockerfile").read_text()
         assert "ARG CUA_TASKS_IMAGE=cua-tasks:local" in dockerfile and "FROM ${CUA_TASKS_IMAGE}" in dockerfile

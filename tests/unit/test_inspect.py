@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from consumers.trainer.calltree import episode_view
+from consumers.trainer.episode_view import episode_view
 from consumers.trainer.inspect import StepRules, rebuild_step, segments, version_runs
 from consumers.trainer.inspect_render import episode_text, step_document, step_text
 from cua_stream.bus.codec import Delivery

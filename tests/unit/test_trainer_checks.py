@@ -21,9 +21,9 @@ from consumers.trainer.checks import (
     sampled_fault,
 )
 from consumers.trainer.grpo import GroupPolicy
-from consumers.trainer.images import stored_image
 from consumers.trainer.join import EpisodeState, GroupState
 from consumers.trainer.judge import judge
+from consumers.trainer.sample_images import stored_image
 from consumers.trainer.samples import CallTreeError, assemble
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.errors import BlobStoreUnavailable

@@ -1,10 +1,11 @@
 """Qwen3-VL through megatron-bridge: packed next-token logprobs. Runs in megatron-bridge's venv
 (``scripts/megatron-env.sh``), never in cua-stream's: torch, transformers and megatron only, nothing of
-cua_stream's (megatron-bridge pins a transformers that cua-stream's venv cannot hold).
+cua_stream's (megatron-bridge pins a transformers that cua-stream's venv cannot hold). Started by its file
+(this package's ``__init__`` says why), found with ``consumers.trainer.megatron.worker_file()``:
 
-    python megatron_vl_worker.py MODEL_DIR IN.pt OUT.pt [IN2.pt OUT2.pt ...]
-    python megatron_vl_worker.py --check-imports
-    python megatron_vl_worker.py --serve      (persistent: see ``serve``; the model and AdamW live across steps)
+    python worker.py MODEL_DIR IN.pt OUT.pt [IN2.pt OUT2.pt ...]
+    python worker.py --check-imports
+    python worker.py --serve      (persistent: see ``serve``; the model and AdamW live across steps)
 
 ``MODEL_DIR``: a Hugging Face Qwen3-VL checkpoint, converted by megatron-bridge's ``AutoBridge`` (its
 Qwen3-VL provider and weight mappings). ``IN.pt`` (``torch.save``): ``{"temperature": float, "items":
@@ -42,7 +43,7 @@ import torch
 
 warnings.filterwarnings("ignore")  # megatron warns at import that Apex / TE / fused kernels are missing
 
-from megatron_cpu import import_bridge, use_local_modules  # noqa: E402  (this script's folder)
+from megatron_cpu import import_bridge, use_local_modules  # noqa: E402  (this file's folder, run by its file)
 
 
 def free_port() -> int:
@@ -141,7 +142,7 @@ def load_policy_loss() -> Any:
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "consumers/trainer/loss.py"
+    path = Path(__file__).resolve().parents[1] / "loss.py"  # consumers/trainer/loss.py
     spec = importlib.util.spec_from_file_location("cua_trainer_loss", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -12,7 +12,7 @@ from typing import Any
 from cua_stream.blobs import BlobStore
 from cua_stream.errors import BlobCorrupted, BlobNotFound
 from cua_stream.events import ImageRef
-from cua_stream.images import MAX_IMAGE_PIXELS
+from cua_stream.image_bytes import MAX_IMAGE_PIXELS
 
 
 def pixel_inputs(refs: Sequence[ImageRef], blobs: BlobStore, image_processor: Any) -> tuple[Any, Any]:

@@ -1,4 +1,6 @@
-"""Configuration: one frozen config object per daemon, validated at start, fields named in every error.
+"""Configuration: how every daemon's frozen config is loaded (file < environment < flags), validated at
+start with the field named in every error; ``BusConfig`` (the ``[bus]`` section) and the section names.
+Each daemon's own config struct lives with the daemon (``cua_stream.launch.CONFIG_SECTIONS`` lists them).
 
 This is the only module that reads ``os.environ``. Config files (TOML or YAML) refuse unknown keys, so a
 typo fails at start instead of being silently ignored. Environment variables override file values;
@@ -22,7 +24,7 @@ import yaml
 from cua_stream.errors import ConfigError
 from cua_stream.topics import Topics
 
-__all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "read_file"]
+__all__ = ["BusConfig", "ConfigError", "Secret", "build", "bus_config", "env_names", "read_file"]
 
 ENV_PREFIX = "CUA_"
 SECTIONS = frozenset(
@@ -66,8 +68,11 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     episode_partitions: int = 4
     """Partitions of each episode topic; the same for all so groups co-partition."""
     replication_factor: int = 1
+    """Replicas of each topic `topics create` makes (1 for a single broker; 3 for the three-broker compose)."""
     client_id: str = "cua-stream"
+    """The Kafka client id this process's clients send (shows in the broker's logs and quotas)."""
     request_timeout_ms: int = 30_000
+    """How long a Kafka request may wait for the broker's answer before the client retries it."""
     connect_timeout_s: float = 30.0
     """How long a client keeps retrying (with backoff) to reach the brokers at start before giving up
     with a one-line error."""
@@ -226,15 +231,20 @@ def environ() -> Mapping[str, str]:
     return os.environ
 
 
+def env_names(section: str, field: str) -> tuple[str, ...]:
+    """The environment variables that set ``section.field``, the first found winning: ``CUA_<FIELD>`` then
+    ``CUA_BUS_<FIELD>`` for the bus, ``CUA_<SECTION>_<FIELD>`` for the others, or ``ENV_NAMES``' own."""
+    if (section, field) in ENV_NAMES:
+        return ENV_NAMES[(section, field)]
+    names = (f"{ENV_PREFIX}{section.upper()}_{field.upper()}",)
+    return (f"{ENV_PREFIX}{field.upper()}", *names) if section == "bus" else names
+
+
 def _env_overrides(section: str, cls: type[msgspec.Struct], env: Mapping[str, str]) -> dict[str, Any]:
-    """``CUA_<FIELD>`` (bus fields) or ``CUA_<SECTION>_<FIELD>`` values for the fields of ``cls``."""
+    """The environment's values (``env_names``) for the fields of ``cls``."""
     out: dict[str, Any] = {}
     for field in cls.__struct_fields__:
-        names = [f"{ENV_PREFIX}{section.upper()}_{field.upper()}"]
-        if section == "bus":
-            names.insert(0, f"{ENV_PREFIX}{field.upper()}")
-        names = list(ENV_NAMES.get((section, field), names))
-        for name in names:
+        for name in env_names(section, field):
             if name in env:
                 out[field] = env[name]
                 break

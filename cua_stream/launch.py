@@ -92,20 +92,39 @@ def preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def _classes() -> dict[str, type[msgspec.Struct]]:
+def config_sections() -> dict[str, type[msgspec.Struct] | None]:
+    """Every section a config file may have (``cua_stream.config.SECTIONS``) → the struct its fields
+    are, in the order the config reference lists them; None for a section no command reads. Imported
+    here, not in ``cua_stream.config``: the library may not import the stages."""
+    from consumers.dashboard.config import DashboardConfig
     from consumers.scorer.config import ScorerConfig
     from consumers.trainer.config import TrainerConfig
+    from consumers.trainer.sft import SftConfig
+    from cua_stream.broker.local import BrokerConfig
+    from cua_stream.chaos.config import ChaosConfig
+    from cua_stream.config import BusConfig
     from cua_stream.engine.config import EngineConfig
     from cua_stream.gateway.config import GatewayConfig
     from producers.config import ProducerConfig
 
     return {
+        "bus": BusConfig,
+        "broker": BrokerConfig,
         "engine": EngineConfig,
         "gateway": GatewayConfig,
         "producer": ProducerConfig,
         "scorer": ScorerConfig,
         "trainer": TrainerConfig,
+        "sft": SftConfig,
+        "dashboard": DashboardConfig,
+        "chaos": ChaosConfig,
+        "demo": None,  # accepted in a config file, read by no command: the demo takes its settings as flags
     }
+
+
+def _classes() -> dict[str, type[msgspec.Struct]]:
+    structs = config_sections()
+    return {section: structs[section] for section in SECTIONS}  # type: ignore[misc]
 
 
 def _defaults(cls: type[msgspec.Struct]) -> dict[str, Any]:

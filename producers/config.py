@@ -74,17 +74,23 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     seed, so a run is repeatable): their actions take ``scripted_long_factor`` times
     ``scripted_action_latency_s``, a long tail as computer-use has (a few slow tasks among many quick)."""
     scripted_long_factor: float = 1.0
+    """``scripted`` only: how many times slower a long episode's actions are (see ``scripted_long_fraction``)."""
     model_name: str = "qwen3-vl"
     """The name LiteLLM sends (the gateway serves one model whatever the name)."""
     max_input_tokens: int = 0
     """The prompt budget computer-1 compacts against; 0: the gateway's context length."""
     max_turns: int = 15
+    """computer-1's turn limit per episode: an episode that has not finished by then ends (verdict ``ok``,
+    scored by its verifier)."""
     max_parse_errors: int | None = None
     """End an episode after this many consecutive replies that do not parse (None: computer-1 asks again
     until ``max_turns``)."""
     desktop_width: int = 800
+    """The episode desktop's screen width in pixels (64 to 8192)."""
     desktop_height: int = 600
+    """The episode desktop's screen height in pixels (64 to 8192)."""
     agent_timeout_s: float = 600.0
+    """How long an episode's agent may run before Harbor stops it (> 0)."""
     trials_dir: str = ""
     """Harbor's trial directories (logs, trajectories, results); empty: ``<state dir>/trials``."""
     max_staleness: int | None = None
@@ -94,7 +100,9 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     """On the first SIGTERM, how long in-flight episodes may take to finish before they are cancelled
     (with ``abandoned`` outcomes); a second SIGTERM cancels at once."""
     metrics_host: str = "127.0.0.1"
+    """The address the Prometheus metrics port binds (0.0.0.0 inside a compose network)."""
     metrics_port: int | None = None
+    """Serve Prometheus text on this port; none: no metrics server."""
     progress: bool = False
     """Show a live progress table on the terminal (rich)."""
     bus: BusConfig = BusConfig()

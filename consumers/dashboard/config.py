@@ -15,7 +15,9 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     """What the dashboard reads (live, or a replayed range) and where it serves the page."""
 
     host: str = "127.0.0.1"
+    """Listen address of the dashboard's web server."""
     port: int = 8050
+    """Listen port of the dashboard's web server."""
     start: str = ""
     """Where reading starts on every topic's partitions: an offset, ``@epoch-ms``, an ISO-8601 time or
     ``beginning``; empty: the beginning (the whole run so far)."""

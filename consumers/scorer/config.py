@@ -27,6 +27,7 @@ class ScorerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     max_batch: int = 200
     """Outcomes per poll, and so per Kafka transaction."""
     metrics_host: str = "127.0.0.1"
+    """The address the Prometheus metrics port binds (0.0.0.0 inside a compose network)."""
     metrics_port: int | None = None
     """Serve Prometheus text at http://<metrics_host>:<metrics_port>/metrics (0: any free port)."""
     bus: BusConfig = BusConfig()

@@ -71,15 +71,24 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     a group that waited in the queue. Each step records how many tokens it masked
     (``masked_stale_tokens``); consumers/trainer/stale_mask.py."""
     on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
+    """A group with a discarded episode: ``drop_group`` drops it whole; ``keep_survivors`` trains its rewarded
+    episodes when at least ``min_survivors`` are left."""
     min_survivors: int = 2
+    """With ``on_discard = "keep_survivors"``: the fewest rewarded episodes a group may train on."""
     filter_zero_variance: bool = False
+    """Drop a group whose episodes all have the same reward (its advantages would all be 0) as
+    ``zero_variance``."""
     std_normalize: bool = True
+    """Divide each advantage by its group's standard deviation (GRPO); false: ``reward - mean`` only (Dr.
+    GRPO)."""
     negative_scale: float = 1.0
     """Multiplies the advantages of episodes under their group's mean (1: GRPO; 0: only the episodes
     that beat it are reinforced, RAFT-style; consumers/trainer/grpo.py)."""
     group_timeout_s: float = 900.0
     """A group not complete this long after it was issued (or first seen) is dropped as ``timeout``."""
     max_seq_len: int = 32768
+    """The longest sample the trainer trains, in tokens: a longer one is cut at a call boundary (the calls
+    after the cut are not trained; consumers/trainer/samples.py)."""
     temperature: float = 1.0
     """The training temperature (the sessions sample with it; logprobs are taken at it)."""
     max_new_tokens: int = 512
@@ -103,6 +112,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Where the megatron backend's model trains: ``cpu`` (float32) or ``cuda`` / ``cuda:N`` (bfloat16
     weights, float32 AdamW masters: scripts/megatron_vl_worker.py). The torch backend trains on the CPU."""
     lr: float = 1e-5
+    """The AdamW learning rate (after ``lr_warmup_steps``)."""
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;
     consumers/trainer/schedule.py says why)."""
@@ -110,8 +120,12 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
     ratio clip bounds how far a token's probability moves from the sampler's."""
     clip_low: float = 0.2
+    """PPO's ratio clip below 1: a token's probability ratio is clipped at 1 - clip_low."""
     clip_high: float = 0.28
+    """PPO's ratio clip above 1 (DAPO's clip-higher): a token's ratio is clipped at 1 + clip_high."""
     tis_clip: float | None = None
+    """Truncated importance sampling: the ratio of the trainer's to the engine's probability, capped at this,
+    weighs each token's loss; none: off."""
     kl_coef: float = 0.0
     """Weight of the k3 KL to the run's starting weights in every token's loss (GRPO's β; 0: off, no
     reference model kept). Costs one more forward pass per step."""
@@ -119,6 +133,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """``episode``: GRPO's token mean per episode, then the mean over episodes; ``token``: DAPO's mean
     over every trained token of the step (consumers/trainer/loss.py says when each fits)."""
     max_grad_norm: float = 1.0
+    """The global gradient-norm clip of each optimizer update."""
     max_steps: int = 0
     """Stop after this many optimizer steps (0: run until stopped)."""
     checkpoint_dir: str = ""
@@ -160,6 +175,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     or ``retract`` (generations in flight aborted and continued by the gateway under the new weights).
     README "Weight updates"."""
     drain_timeout_s: float = 60.0
+    """How long a ``drain`` weight update waits for the gateway's calls in flight to finish."""
     min_step_s: float = 0.0
     """For benchmarks only: each optimizer step is padded (a sleep) to at least this long, a fixed step
     time standing in for a real model's (``bench/loop_sync_async.py``); 0: no padding."""
@@ -168,7 +184,9 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     gateway_api_key: Secret | None = None
     """The gateway's admin key (drain and resume around a weight load), when it has one."""
     metrics_host: str = "127.0.0.1"
+    """The address the Prometheus metrics port binds (0.0.0.0 inside a compose network)."""
     metrics_port: int | None = None
+    """Serve Prometheus text on this port; none: no metrics server."""
     metrics_sinks: list[str] = []
     """Where each step's scalars also go, as it is published: ``tensorboard:DIR`` (event files under
     ``DIR/<run_id>``) or ``wandb:DIR`` (an offline W&B run; ``wandb sync`` uploads it). README "Metrics

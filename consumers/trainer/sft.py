@@ -42,12 +42,17 @@ class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     batch_size: int = 4
     """Samples per optimizer step."""
     lr: float = 1e-4
+    """The AdamW learning rate of SFT."""
     max_grad_norm: float = 1.0
+    """The global gradient-norm clip of each SFT update."""
     temperature: float = 1.0
     """Logprobs are taken at the training temperature, as GRPO takes them."""
     min_reward: float = 1.0
+    """The reward an episode needs to count as a demonstration."""
     max_seq_len: int = 32768
+    """The longest sample SFT trains, in tokens."""
     seed: int = 0
+    """Seeds torch (the order of the samples, dropout) so an SFT run repeats."""
     blob_dir: str = ""
     """The blob store the gateway wrote the screenshots to; empty: ``<state dir>/blobs``."""
     drawn: int = 0

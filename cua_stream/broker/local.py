@@ -40,6 +40,7 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     home: str = ""
     """State directory (config, data, logs, pid). Empty: <CUA_HOME or user state dir>/broker."""
     host: str = "127.0.0.1"
+    """The address the local broker's listeners bind and advertise."""
     port: int = 9092
     """Client listener (PLAINTEXT; SASL_SSL when ``secure``)."""
     secure: bool = False
@@ -48,10 +49,16 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     controller_port: int = 0
     """KRaft controller listener; 0 means port + 1."""
     kafka_version: str = "4.1.1"
+    """The Apache Kafka release to run; its jars come from the lock file of that version (`cua-stream broker
+    lock`)."""
     heap_mb: int = 512
+    """The broker JVM's maximum heap (-Xmx), in MiB; at least 128."""
     java: str = "java"
+    """The java executable that runs the broker (Java 17 or later)."""
     maven_repository: str = DEFAULT_REPOSITORY
+    """Where the broker's jars are downloaded from (then checked against the lock's hashes and cached)."""
     start_timeout_s: float = 90.0
+    """How long `broker start` waits for the broker to answer before it gives up, naming its log."""
 
     def __post_init__(self) -> None:
         for name in ("port", "controller_port"):

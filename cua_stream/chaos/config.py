@@ -23,6 +23,7 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     seed: int = 0
     """Seeds the fault schedule (and names the run)."""
     faults: int = 30
+    """How many faults the schedule applies (0: none, as a soak runs)."""
     every_s: float = 3.0
     """Mean time between faults (a Poisson process)."""
     max_pause_s: float = 12.0
@@ -31,13 +32,19 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     """GRPO steps the trainer takes at least: the run stops it once it has taken them and every fault of
     the schedule has been applied and healed (a quick trainer trains on meanwhile)."""
     groups_per_step: int = 2
+    """The trainer's groups per optimizer step."""
     group_size: int = 4
+    """Episodes per GRPO group."""
     max_staleness: int = 2
+    """The trainer's off-policy bound, in policy versions."""
     producers: int = 2
+    """How many producer daemons run (each a fault target of its own)."""
     concurrency: int = 4
     """Episodes per producer at once."""
     turns: int = 2
+    """The producers' turn limit per episode (their ``max_turns``)."""
     max_new_tokens: int = 8
+    """The reply length cap per call that the trainer's work asks for (short replies keep the loop fast)."""
     desktop_size: int = 256
     """``fast``: the scripted screenshots' width and height (pixels)."""
     base_port: int = 29500

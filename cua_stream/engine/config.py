@@ -13,7 +13,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     model_path: str
     """Directory with a saved Qwen3-VL model and processor (e.g. from ``cua-stream make-tiny-model``)."""
     host: str = "127.0.0.1"
+    """Listen address (loopback by default: set api_key before listening wider)."""
     port: int = 30000
+    """Listen port of the engine's HTTP API."""
     served_model_name: str = ""
     """Name reported by /get_model_info; defaults to model_path."""
     weight_version: str = "0"
@@ -35,6 +37,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """When set, the weight and pause routes (``/update_weights_from_disk``, ``/pause_generation``,
     ``/continue_generation``) take only this key; it also opens every other route."""
     log_level: str = "warning"
+    """uvicorn's log level for the engine's server."""
 
     def __post_init__(self) -> None:
         from cua_stream.config import ConfigError, require_model_dir

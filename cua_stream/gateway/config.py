@@ -15,7 +15,9 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     engine_url: str = "http://127.0.0.1:30000"
     """Base URL of the engine's native API (SGLang server or router, or ``cua-stream engine``)."""
     host: str = "127.0.0.1"
+    """Listen address (loopback by default: set the API keys before listening wider)."""
     port: int = 8000
+    """Listen port of the gateway's HTTP API."""
     blob_dir: str = ""
     """Blob store for screenshots: a directory or ``s3://bucket/prefix`` (several hosts); empty:
     ``<state dir>/blobs``."""
@@ -54,6 +56,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Base URL of teachers for sessions that record forced completions (``record-oracle``: the bundled
     tasks' oracle); empty: no teacher, and a session asking for one is refused."""
     log_level: str = "warning"
+    """uvicorn's log level for the gateway's server."""
 
     def __post_init__(self) -> None:
         if not self.model_path:

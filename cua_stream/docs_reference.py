@@ -246,7 +246,8 @@ def _md(text: str) -> str:
     """Help text as Markdown: paragraphs kept, lines joined, and the characters Markdown would read as
     markup (an HTML tag in ``<prefix>``, emphasis in ``CUA_*``) escaped outside code spans."""
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text.replace("\b", "")) if p.strip()]
-    parts = re.split(r"(`[^`]*`)", "\n\n".join(paragraphs))
+    joined = re.sub(r"``([^`]+)``", r"`\1`", "\n\n".join(paragraphs))  # reST's literals, Markdown's spans
+    parts = re.split(r"(`[^`]*`)", joined)
     return "".join(p if p.startswith("`") else re.sub(r"([<*_\[\]])", r"\\\1", p) for p in parts)
 
 

@@ -1,4 +1,6 @@
-"""Configuration: one frozen config object per daemon, validated at start, fields named in every error.
+"""Configuration: how every daemon's frozen config is loaded (file < environment < flags), validated at
+start with the field named in every error; ``BusConfig`` (the ``[bus]`` section) and the section names.
+Each daemon's own config struct lives with the daemon (``cua_stream.launch.CONFIG_SECTIONS`` lists them).
 
 This is the only module that reads ``os.environ``. Config files (TOML or YAML) refuse unknown keys, so a
 typo fails at start instead of being silently ignored. Environment variables override file values;
@@ -35,6 +37,7 @@ __all__ = [
     "Secret",
     "build",
     "bus_config",
+    "env_names",
     "field_docs",
     "read_file",
     "section_class",
@@ -279,15 +282,20 @@ def environ() -> Mapping[str, str]:
     return os.environ
 
 
+def env_names(section: str, field: str) -> tuple[str, ...]:
+    """The environment variables that set ``section.field``, the first found winning: ``CUA_<FIELD>`` then
+    ``CUA_BUS_<FIELD>`` for the bus, ``CUA_<SECTION>_<FIELD>`` for the others, or ``ENV_NAMES``' own."""
+    if (section, field) in ENV_NAMES:
+        return ENV_NAMES[(section, field)]
+    names = (f"{ENV_PREFIX}{section.upper()}_{field.upper()}",)
+    return (f"{ENV_PREFIX}{field.upper()}", *names) if section == "bus" else names
+
+
 def _env_overrides(section: str, cls: type[msgspec.Struct], env: Mapping[str, str]) -> dict[str, Any]:
-    """``CUA_<FIELD>`` (bus fields) or ``CUA_<SECTION>_<FIELD>`` values for the fields of ``cls``."""
+    """The environment's values (``env_names``) for the fields of ``cls``."""
     out: dict[str, Any] = {}
     for field in cls.__struct_fields__:
-        names = [f"{ENV_PREFIX}{section.upper()}_{field.upper()}"]
-        if section == "bus":
-            names.insert(0, f"{ENV_PREFIX}{field.upper()}")
-        names = list(ENV_NAMES.get((section, field), names))
-        for name in names:
+        for name in env_names(section, field):
             if name in env:
                 out[field] = env[name]
                 break

@@ -21,7 +21,8 @@ fi
 stamp=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat .venv/.cua-installed 2>/dev/null || true)" != "$stamp" ]; then
   echo "setup: installing cua-stream and its pinned dependencies (first time: a few minutes, ~6 GB with torch)"
-  .venv/bin/python -m pip install -q -e '.[dev,megatron,s3]' -c constraints.txt
+  # The docs extra (MkDocs, Material) too: the test suite builds the docs site (tests/unit/test_docs.py).
+  .venv/bin/python -m pip install -q -e '.[dev,megatron,s3,docs]' -c constraints.txt
   echo "$stamp" > .venv/.cua-installed
 fi
 

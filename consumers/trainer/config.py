@@ -145,7 +145,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     so more is opt-in. ``cua-stream inspect step --recompute`` of step N loads version N-1's: keep 2 or
     more to recompute the latest steps of a run (step 1 starts from ``model_path``, always there)."""
     replay_batches_from: str = ""
-    """Re-train a run from a replayed range (README "Re-training a replayed range"): the topic prefix
+    """Re-train a run from a replayed range (docs/how-to/replay-and-tap.md): the topic prefix
     the run first trained on. The trainer then takes each step's groups as that run's ``TrainStep``
     records list them, in their order (not as they complete), and stops after its last recorded step;
     empty: batches are taken as groups complete."""
@@ -174,7 +174,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """How new weights reach the engine: ``drain`` (the gateway drained, then the load), ``in_place``
     (the engine paused between decode steps, the load, calls in flight finish under the new weights)
     or ``retract`` (generations in flight aborted and continued by the gateway under the new weights).
-    README "Weight updates"."""
+    docs/reference/commands.md, trainer."""
     drain_timeout_s: float = 60.0
     """``weight_update = drain``: how long the gateway, closed to new calls, waits for the calls in flight
     to finish before the weights load anyway."""
@@ -191,8 +191,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Serve Prometheus text at http://<metrics_host>:<metrics_port>/metrics (0: any free port; None: off)."""
     metrics_sinks: list[str] = []
     """Where each step's scalars also go, as it is published: ``tensorboard:DIR`` (event files under
-    ``DIR/<run_id>``) or ``wandb:DIR`` (an offline W&B run; ``wandb sync`` uploads it). README "Metrics
-    in TensorBoard and W&B"."""
+    ``DIR/<run_id>``) or ``wandb:DIR`` (an offline W&B run; ``wandb sync`` uploads it). docs/how-to/metrics.md."""
     bus: BusConfig = BusConfig()
     """Filled from the ``[bus]`` section (the trainer's own section holds no bus settings)."""
 

@@ -98,7 +98,7 @@ async def plan_retrain(bus: BusConfig, request: RetrainRequest) -> RetrainPlan:
     if in_force is None:
         raise ConfigError(
             f"run {request.source_run!r} has no settings record for step {first} on {recorded.where} (it "
-            "trained before trainers published them): retrain it the README's way, with its config"
+            "trained before trainers published them): retrain it from a replayed range with its config (docs/how-to/replay-and-tap.md)"
         )
     if unknown := unknown_settings(in_force.settings):
         raise ConfigError(

@@ -9,12 +9,23 @@ import sys
 
 import typer
 from typer._click import exceptions as clicks  # typer 0.29 vendors click: its errors are these
+from typer.core import TyperGroup
 
 from cua_stream.config import apply_offline_defaults, log_level
 
+
+class _ByJob(TyperGroup):
+    """Lists the commands in ``SUBCOMMANDS``' order (typer lists the sub-apps after the commands)."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        order = list(SUBCOMMANDS)
+        return sorted(super().list_commands(ctx), key=lambda n: order.index(n) if n in order else len(order))
+
+
 app = typer.Typer(
+    cls=_ByJob,
     name="cua-stream",
-    help="Stream computer-use RL episodes through Kafka: broker, topics, replay, tap, and the daemons.",
+    help="Stream computer-use RL episodes through Kafka. Start with `cua-stream demo`; docs/ has the guides.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
 )
@@ -22,41 +33,51 @@ app = typer.Typer(
 
 @app.callback()
 def _root() -> None:
-    """Stream computer-use RL episodes through Kafka: broker, topics, replay, tap, and the daemons."""
+    """Stream computer-use RL episodes through Kafka. Start with `cua-stream demo`; docs/ has the guides."""
     # A callback keeps the app a command group even when only one subcommand is registered.
 
 
 # name -> "module:attr" of a Typer sub-app, or of a command function (registered under ``name``).
-# Imported lazily so `cua-stream tap` does not pay for torch or Harbor.
+# Imported lazily so `cua-stream tap` does not pay for torch or Harbor. In the order `--help` lists them.
 SUBCOMMANDS: dict[str, str] = {
-    "broker": "cua_stream.cli.broker:app",
-    "desktop": "cua_stream.cli.desktop:app",
-    "containers": "cua_stream.cli.containers:app",
-    "topics": "cua_stream.cli.topics:app",
-    "acl": "cua_stream.cli.acl:app",
-    "replay": "cua_stream.cli.replay:replay",
-    "tap": "cua_stream.cli.tap:tap",
-    "export-metrics": "cua_stream.cli.export_metrics:export_metrics",
     "demo": "cua_stream.cli.demo:demo",
-    "launch": "cua_stream.cli.launch:launch",
-    "producer": "cua_stream.cli.producer:producer",
-    "scorer": "cua_stream.cli.scorer:scorer",
-    "trainer": "cua_stream.cli.trainer:trainer",
-    "engine": "cua_stream.cli.engine:engine",
-    "gateway": "cua_stream.cli.gateway:gateway",
-    "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",
-    "chaos": "cua_stream.cli.chaos:chaos",
-    "dashboard": "cua_stream.cli.dashboard:dashboard",
-    "policies": "cua_stream.cli.policies:policies",
-    "record-oracle": "cua_stream.cli.record_oracle:record_oracle",
-    "sft": "cua_stream.cli.sft:sft",
     "learn": "cua_stream.cli.learn:learn",
     "eval": "cua_stream.cli.eval:eval_",
+    "record-oracle": "cua_stream.cli.record_oracle:record_oracle",
+    "sft": "cua_stream.cli.sft:sft",
+    "launch": "cua_stream.cli.launch:launch",
+    "trainer": "cua_stream.cli.trainer:trainer",
+    "producer": "cua_stream.cli.producer:producer",
+    "scorer": "cua_stream.cli.scorer:scorer",
+    "gateway": "cua_stream.cli.gateway:gateway",
+    "engine": "cua_stream.cli.engine:engine",
+    "dashboard": "cua_stream.cli.dashboard:dashboard",
+    "policies": "cua_stream.cli.policies:policies",
+    "tap": "cua_stream.cli.tap:tap",
     "inspect": "cua_stream.cli.inspect:app",
-    "tasks": "cua_stream.cli.tasks:app",
-    "retrain": "cua_stream.cli.retrain:retrain",
+    "replay": "cua_stream.cli.replay:replay",
     "runs": "cua_stream.cli.runs:app",
+    "retrain": "cua_stream.cli.retrain:retrain",
+    "export-metrics": "cua_stream.cli.export_metrics:export_metrics",
+    "broker": "cua_stream.cli.broker:app",
+    "topics": "cua_stream.cli.topics:app",
+    "acl": "cua_stream.cli.acl:app",
+    "containers": "cua_stream.cli.containers:app",
+    "desktop": "cua_stream.cli.desktop:app",
+    "tasks": "cua_stream.cli.tasks:app",
+    "make-tiny-model": "cua_stream.cli.tiny_model:make_tiny_model",
+    "chaos": "cua_stream.cli.chaos:chaos",
 }
+
+PANELS: dict[str, tuple[str, ...]] = {
+    "Start here": ("demo", "learn", "eval", "record-oracle", "sft", "launch"),
+    "Daemons": ("trainer", "producer", "scorer", "gateway", "engine", "dashboard", "policies"),
+    "Observe and debug": ("tap", "inspect", "replay", "runs", "retrain", "export-metrics"),
+    "Operate": ("broker", "topics", "acl", "containers", "desktop", "tasks", "make-tiny-model", "chaos"),
+}
+"""The headings `cua-stream --help` groups the commands under, by the job a reader comes with: the
+one-machine jobs first, then the daemons a deployment runs, then the tools."""
+PANEL_OF = {name: panel for panel, names in PANELS.items() for name in names}
 
 
 def _register(argv: list[str]) -> None:
@@ -68,9 +89,17 @@ def _register(argv: list[str]) -> None:
         module_name, attr = target.split(":")
         obj = getattr(importlib.import_module(module_name), attr)
         if isinstance(obj, typer.Typer):
-            app.add_typer(obj, name=name)
+            app.add_typer(obj, name=name, rich_help_panel=PANEL_OF[name])
         else:
-            app.command(name)(obj)
+            app.command(name, rich_help_panel=PANEL_OF[name])(obj)
+
+
+def full_app() -> typer.Typer:
+    """The app with every command registered (as for ``--help``): what the CLI reference documents.
+    Registers once per process."""
+    if not app.registered_commands and not app.registered_groups:
+        _register([])
+    return app
 
 
 def main() -> None:

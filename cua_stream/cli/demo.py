@@ -1,4 +1,4 @@
-"""`cua-stream demo`: the embedded local demo (the README's main job)."""
+"""`cua-stream demo`: the embedded local demo (the main job: docs/tutorials/first-run.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The GPU probe (``scripts/megatron_gpu_probe.py``, issue N) on this CPU host: the worker's bf16 path
 (bf16 weights, float32 AdamW masters) against a bf16 engine, and the float32 control.
 
-On the lent H200 it measured a gap of 0.0131-0.0137 in bf16 and 4e-5 in float32 (README, "The GPU path");
+On the lent H200 it measured a gap of 0.0131-0.0137 in bf16 and 4e-5 in float32 (docs/benchmarks.md, "GPU");
 here the CPU's bf16 kernels give about the same (0.012-0.014). What this pins: the bf16 gap is bf16's
 (under the goal, and far above the float32 control: a weight mapped wrongly would put both high), each
 update reaches the engine through the export and a reload from disk, and the probe makes its weights from

@@ -110,5 +110,5 @@ def test_a_retraining_config_is_checked_naming_the_field(tmp_path: Path) -> None
         TrainerConfig(**base, replay_batches_from="cua", tasks=["click-button"])
     with pytest.raises(ConfigError, match="trainer.replay_batches_from: 'replay' is the prefix this trainer"):
         TrainerConfig(**base, replay_batches_from="replay")
-    env = {"CUA_TRAINER_REPLAY_BATCHES_FROM": "cua"}  # as the README's example sets it
+    env = {"CUA_TRAINER_REPLAY_BATCHES_FROM": "cua"}  # as docs/how-to/replay-and-tap.md's example sets it
     assert build(TrainerConfig, "trainer", overrides=base, env=env).replay_batches_from == "cua"

@@ -1,6 +1,6 @@
 """megatron-bridge 0.6.2's Qwen3-VL without Transformer Engine (on a CPU host, or a GPU host without TE): what the worker
 (``worker.py``, in the same venv) changes before it builds the model. TE's torch extension builds
-only with CUDA, and megatron-bridge assumes it in four places (file:line in the README, "The GPU path"):
+only with CUDA, and megatron-bridge assumes it in four places (file:line in docs/tutorials/gpu.md):
 the LoRA module's import, the TE layer specs, norm and linears of the Qwen3-VL provider and model, packed
 (THD) attention, which megatron-core's local attention refuses, and the M-RoPE table's CUDA device.
 Imports nothing of cua_stream's.

@@ -11,7 +11,7 @@ import msgspec
 
 from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
-from consumers.trainer.loss import LossConfig
+from consumers.trainer.loss_config import LossConfig
 from consumers.trainer.weights import WEIGHT_UPDATE_MODES
 from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
@@ -63,24 +63,24 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     max_staleness: int = 1
     """Policy versions a group's oldest token may lag the trainer's; the feeder keeps at most
     ``(max_staleness + 1) * groups_per_step`` groups in flight."""
-    on_stale: Literal["drop_group", "mask"] = "drop_group"
+    on_stale: Literal["drop_group", "mask"] = GroupPolicy.on_stale
     """A group with tokens sampled more than ``max_staleness`` versions before the weights it would
     train: ``drop_group`` drops it whole (as ``stale``); ``mask`` trains it with those tokens' loss mask
     0 (not trained, still in the context) and the rest as usual, and drops it as ``stale`` only when
     every token it would train is past the bound (nothing left to train). Checked again at the step, for
     a group that waited in the queue. Each step records how many tokens it masked
     (``masked_stale_tokens``); consumers/trainer/stale_mask.py."""
-    on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
+    on_discard: Literal["drop_group", "keep_survivors"] = GroupPolicy.on_discard
     """A group with a discarded episode: ``drop_group`` drops it whole (a discard is not the policy's
     doing, and the survivors alone would bias the baseline); ``keep_survivors`` trains the rewarded
     episodes when at least ``min_survivors`` remain (consumers/trainer/grpo.py)."""
-    min_survivors: int = 2
+    min_survivors: int = GroupPolicy.min_survivors
     """With ``keep_survivors``: the fewest rewarded episodes a group with discards trains with."""
-    filter_zero_variance: bool = False
+    filter_zero_variance: bool = GroupPolicy.filter_zero_variance
     """Drop a group whose rewards are all equal (no signal: every advantage is 0)."""
-    std_normalize: bool = True
+    std_normalize: bool = GroupPolicy.std_normalize
     """Advantages ``(r - mean) / (std + eps)`` over the group (GRPO); False: ``r - mean`` (Dr. GRPO)."""
-    negative_scale: float = 1.0
+    negative_scale: float = GroupPolicy.negative_scale
     """Multiplies the advantages of episodes under their group's mean (1: GRPO; 0: only the episodes
     that beat it are reinforced, RAFT-style; consumers/trainer/grpo.py)."""
     group_timeout_s: float = 900.0
@@ -119,18 +119,18 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     passes: int = 1
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
     ratio clip bounds how far a token's probability moves from the sampler's."""
-    clip_low: float = 0.2
+    clip_low: float = LossConfig.clip_low
     """PPO's clip below: a token's ratio is clipped at ``1 - clip_low`` (consumers/trainer/loss.py)."""
-    clip_high: float = 0.28
+    clip_high: float = LossConfig.clip_high
     """PPO's clip above: a token's ratio is clipped at ``1 + clip_high`` (higher than ``clip_low``: DAPO's
     clip-higher)."""
-    tis_clip: float | None = None
+    tis_clip: float | None = LossConfig.tis_clip
     """Truncated importance sampling: the loss is weighted by ``min(exp(logp_old - logp_rollout),
     tis_clip)``, the correction for an engine whose logprobs differ from the trainer's; None: off."""
-    kl_coef: float = 0.0
+    kl_coef: float = LossConfig.kl_coef
     """Weight of the k3 KL to the run's starting weights in every token's loss (GRPO's β; 0: off, no
     reference model kept). Costs one more forward pass per step."""
-    loss_reduction: Literal["episode", "token"] = "episode"
+    loss_reduction: Literal["episode", "token"] = LossConfig.reduction
     """``episode``: GRPO's token mean per episode, then the mean over episodes; ``token``: DAPO's mean
     over every trained token of the step (consumers/trainer/loss.py says when each fits)."""
     max_grad_norm: float = 1.0
@@ -320,6 +320,13 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         """The blob store's location: a directory, or ``s3://bucket/prefix`` (not a Path: it would fold
         the URL's ``//``)."""
         return self.blob_dir or str(state_dir() / "blobs")
+
+
+TRAINER_DEFAULTS: Mapping[str, Any] = {
+    f.name: f.default for f in msgspec.structs.fields(TrainerConfig) if f.default is not msgspec.NODEFAULT
+}
+"""Each ``[trainer]`` field's default, for the views of the section that other commands read
+(``inspect``'s ``StepRules`` and ``RecomputeRules``): written once, on ``TrainerConfig``."""
 
 
 def trainer_config(

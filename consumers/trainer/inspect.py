@@ -23,6 +23,7 @@ from typing import Literal
 
 import msgspec
 
+from consumers.trainer.config import TRAINER_DEFAULTS
 from consumers.trainer.grpo import GroupDecision, GroupPolicy
 from consumers.trainer.join import Join
 from consumers.trainer.judge import assess
@@ -34,16 +35,17 @@ from cua_stream.versions import trained_from
 
 
 class StepRules(msgspec.Struct, frozen=True, kw_only=True):
-    """The trainer settings a rebuild needs (the ``[trainer]`` section's fields of the same names)."""
+    """The trainer settings a rebuild needs (the ``[trainer]`` section's fields of the same names, their
+    defaults the group rules' and the section's)."""
 
-    on_discard: Literal["drop_group", "keep_survivors"] = "drop_group"
-    min_survivors: int = 2
-    filter_zero_variance: bool = False
-    std_normalize: bool = True
-    negative_scale: float = 1.0
-    max_seq_len: int = 32768
-    on_stale: Literal["drop_group", "mask"] = "drop_group"
-    max_staleness: int = 1
+    on_discard: Literal["drop_group", "keep_survivors"] = GroupPolicy.on_discard
+    min_survivors: int = GroupPolicy.min_survivors
+    filter_zero_variance: bool = GroupPolicy.filter_zero_variance
+    std_normalize: bool = GroupPolicy.std_normalize
+    negative_scale: float = GroupPolicy.negative_scale
+    max_seq_len: int = TRAINER_DEFAULTS["max_seq_len"]
+    on_stale: Literal["drop_group", "mask"] = GroupPolicy.on_stale
+    max_staleness: int = TRAINER_DEFAULTS["max_staleness"]
     """Read only under ``on_stale = "mask"`` (the tokens the step masked)."""
 
     def __post_init__(self) -> None:

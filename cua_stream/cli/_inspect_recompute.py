@@ -5,37 +5,35 @@ checkpoint directory into the trainer's own backend, and the step's batch measur
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
+from consumers.trainer.config import TRAINER_DEFAULTS
 from consumers.trainer.inspect import StepBatch
+from consumers.trainer.loss_config import LossConfig
 from consumers.trainer.recompute import Recomputation, batch_items, recomputation
 from cua_stream.config import ConfigError, require_model_dir, state_dir
 from cua_stream.versions import trained_from
 
-if TYPE_CHECKING:
-    from consumers.trainer.loss import LossConfig
-
 
 class RecomputeRules(msgspec.Struct, frozen=True, kw_only=True):
-    """The trainer settings a recomputation needs (the ``[trainer]`` section's fields of the same names).
-    Torch is imported only when a recomputation runs: plain ``inspect`` starts without it."""
+    """The trainer settings a recomputation needs (the ``[trainer]`` section's fields of the same names,
+    their defaults read from its class). Torch is imported only when a recomputation runs: plain
+    ``inspect`` starts without it."""
 
     model_path: str = ""
     blob_dir: str = ""
-    temperature: float = 1.0
-    max_grad_norm: float = 1.0
-    passes: int = 1
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    tis_clip: float | None = None
-    loss_reduction: Literal["episode", "token"] = "episode"
-    kl_coef: float = 0.0
+    temperature: float = TRAINER_DEFAULTS["temperature"]
+    max_grad_norm: float = TRAINER_DEFAULTS["max_grad_norm"]
+    passes: int = TRAINER_DEFAULTS["passes"]
+    clip_low: float = LossConfig.clip_low
+    clip_high: float = LossConfig.clip_high
+    tis_clip: float | None = LossConfig.tis_clip
+    loss_reduction: Literal["episode", "token"] = LossConfig.reduction
+    kl_coef: float = LossConfig.kl_coef
 
     def loss(self) -> LossConfig:
-        from consumers.trainer.loss import LossConfig
-
         return LossConfig(
             clip_low=self.clip_low,
             clip_high=self.clip_high,

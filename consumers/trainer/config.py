@@ -5,18 +5,20 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from consumers.trainer.feeder import sampling_of
 from consumers.trainer.grpo import GroupPolicy
-from consumers.trainer.loss import LossConfig
 from consumers.trainer.weights import WEIGHT_UPDATE_MODES
 from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
 from cua_stream.metrics_sinks import SinkSpec
 from cua_stream.tasks.refs import task_ref
+
+if TYPE_CHECKING:  # the loss module imports torch: a config (and --help, which shows its defaults) does not
+    from consumers.trainer.loss import LossConfig
 
 
 def device_error(backend: str, device: str) -> str | None:
@@ -282,6 +284,8 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
 
     @property
     def loss(self) -> LossConfig:
+        from consumers.trainer.loss import LossConfig
+
         return LossConfig(
             clip_low=self.clip_low,
             clip_high=self.clip_high,

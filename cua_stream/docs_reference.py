@@ -137,6 +137,8 @@ def option_rows(command: Any) -> Iterator[tuple[str, str, str, str]]:
         )
         if getattr(p, "required", False):
             default = "required"
+        elif isinstance(p.show_default, str):  # a config field's (cua_stream.cli._defaults)
+            default = p.show_default.replace(HOME, "~")
         elif p.default is None or p.default == () or p.default == []:
             default = ""
         else:
@@ -146,6 +148,19 @@ def option_rows(command: Any) -> Iterator[tuple[str, str, str, str]]:
 
 def command_help(command: Any) -> str:
     return inspect.cleandoc(command.help or command.short_help or "")
+
+
+EXAMPLE = "Example: "
+"""How a command's help ends: its last paragraph, a real invocation (``tests/unit/test_docs_commands.py``
+checks that every command has one and that it parses)."""
+
+
+def split_example(text: str) -> tuple[str, str | None]:
+    """A command's help without its closing ``Example:`` paragraph, and that example (one line)."""
+    body, _, last = text.rpartition("\n\n")
+    if not last.startswith(EXAMPLE):
+        return text, None
+    return body, " ".join(last.removeprefix(EXAMPLE).split())
 
 
 def cli_markdown(root: Any, panels: Mapping[str, tuple[str, ...]]) -> str:
@@ -165,12 +180,10 @@ def cli_markdown(root: Any, panels: Mapping[str, tuple[str, ...]]) -> str:
         if len(path) == 1 and panel_of.get(path[0]) != current:
             current = panel_of.get(path[0])
             lines += [f"## {current}", ""]
-        lines += [
-            f"{'#' * min(len(path) + 2, 6)} cua-stream {' '.join(path)}",
-            "",
-            _md(command_help(command)),
-            "",
-        ]
+        text, example = split_example(command_help(command))
+        lines += [f"{'#' * min(len(path) + 2, 6)} cua-stream {' '.join(path)}", "", _md(text), ""]
+        if example:
+            lines += ["```bash", example, "```", ""]
         rows = list(option_rows(command))
         if rows and not hasattr(command, "list_commands"):
             lines += ["| Option | Type | Default | Description |", "| --- | --- | --- | --- |"]

@@ -14,13 +14,18 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-import torch
 
 from consumers.trainer.samples import Sample, assemble
 from cua_stream.config import BusConfig, ConfigError, require_model_dir, state_dir
 from cua_stream.events import CallRecord, Reward, ScoreEvent
+
+if (
+    TYPE_CHECKING
+):  # torch only for the loss: the config (and --help, which shows its defaults) does not load it
+    import torch
 
 
 class SftConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -152,6 +157,8 @@ def batches(n: int, batch_size: int, epoch: int, seed: int) -> list[list[int]]:
 def sft_loss(logprobs: Sequence[torch.Tensor], masks: Sequence[torch.Tensor]) -> tuple[torch.Tensor, int]:
     """Cross-entropy on the trained (completion) tokens: minus their mean logprob over the batch, and
     how many there were. ``logprobs[i]`` and ``masks[i]`` are sample i's per-token values."""
+    import torch
+
     logp = torch.cat(list(logprobs))
     mask = torch.cat(list(masks)).to(logp.dtype)
     n = int(mask.sum())

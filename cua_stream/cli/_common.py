@@ -14,15 +14,26 @@ from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.markup import escape
 
+from cua_stream.cli._defaults import field_option
 from cua_stream.config import BusConfig, ConfigError, bus_config, read_file
 from cua_stream.errors import CuaError
 
 err = Console(stderr=True)
 
 Bootstrap = Annotated[
-    str | None, typer.Option("--bootstrap", "-b", help="Kafka host:port list (env CUA_BOOTSTRAP_SERVERS).")
+    str | None,
+    field_option(
+        "bus",
+        "bootstrap_servers",
+        "--bootstrap",
+        "-b",
+        help="Kafka host:port list (env CUA_BOOTSTRAP_SERVERS).",
+    ),
 ]
-Prefix = Annotated[str | None, typer.Option("--prefix", help="Topic namespace (env CUA_TOPIC_PREFIX).")]
+Prefix = Annotated[
+    str | None,
+    field_option("bus", "topic_prefix", "--prefix", help="Topic namespace (env CUA_TOPIC_PREFIX)."),
+]
 ConfigFile = Annotated[
     Path | None, typer.Option("--config", "-c", help="TOML/YAML config file; sections per daemon.")
 ]

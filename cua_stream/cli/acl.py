@@ -15,7 +15,10 @@ from cua_stream.bus.admin import TopicAdmin
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
 from cua_stream.config import BusConfig, build, bus_config
 
-app = typer.Typer(help="Show or grant each role's ACLs (least privilege) on a secured broker.")
+app = typer.Typer(
+    help="Show or grant each role's ACLs (least privilege) on a secured broker.\n\n"
+    "Example: cua-stream acl print --prefix cua"
+)
 out = Console(highlight=False)
 
 BrokerHome = Annotated[
@@ -31,7 +34,9 @@ BrokerHome = Annotated[
 @app.command("print")
 @friendly_errors
 def print_(prefix: Prefix = None, config: ConfigFile = None) -> None:
-    """The ACLs of every role for the topics under ``--prefix`` (nothing is contacted)."""
+    """The ACLs of every role for the topics under ``--prefix`` (nothing is contacted).
+
+    Example: cua-stream acl print --prefix cua"""
     topic_prefix = prefix or build(BusConfig, file_data=load_file(config)).topic_prefix
     table = Table("principal", "resource", "name", "pattern", "operation", "permission")
     for acl in acls(topic_prefix):
@@ -55,7 +60,9 @@ def apply(
     config: ConfigFile = None,
     broker_home: BrokerHome = None,
 ) -> None:
-    """Grant every role its ACLs for ``--prefix`` (idempotent)."""
+    """Grant every role its ACLs for ``--prefix`` (idempotent).
+
+    Example: cua-stream acl apply --prefix cua --config run.toml"""
     if broker_home is not None:
         broker = LocalBroker(build(BrokerConfig, overrides={"home": broker_home}))
         admin_bus = {**broker.client_bus("admin"), "bootstrap_servers": broker.status().bootstrap_servers}

@@ -10,13 +10,19 @@ from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._defaults import field_option
 from cua_stream.config import build
 
-app = typer.Typer(help="Run a local single-node Apache Kafka broker (KRaft) from Maven Central jars.")
+app = typer.Typer(
+    help="Run a local single-node Apache Kafka broker (KRaft) from Maven Central jars.\n\n"
+    "Example: cua-stream broker start"
+)
 out = Console(highlight=False)
 
 Home = Annotated[str | None, typer.Option("--home", help="State directory (env CUA_BROKER_HOME).")]
-Port = Annotated[int | None, typer.Option("--port", help="Client port (env CUA_BROKER_PORT; default 9092).")]
+Port = Annotated[
+    int | None, field_option("broker", "port", "--port", help="Client port (env CUA_BROKER_PORT).")
+]
 
 
 def _broker(home: str | None, port: int | None, config_file: Path | None, **extra: Any) -> LocalBroker:
@@ -43,7 +49,9 @@ def start(
         ),
     ] = None,
 ) -> None:
-    """Start the broker (download jars on first use) and wait until it accepts requests."""
+    """Start the broker (download jars on first use) and wait until it accepts requests.
+
+    Example: cua-stream broker start --port 9092 --fresh"""
     broker = _broker(home, port, config, secure=secure)
     status = broker.start(fresh=fresh)
     out.print(status.describe())
@@ -58,14 +66,18 @@ def start(
 @app.command()
 @friendly_errors
 def stop(home: Home = None, port: Port = None, config: ConfigFile = None) -> None:
-    """Stop the broker cleanly."""
+    """Stop the broker cleanly.
+
+    Example: cua-stream broker stop"""
     out.print(_broker(home, port, config).stop().describe())
 
 
 @app.command()
 @friendly_errors
 def status(home: Home = None, port: Port = None, config: ConfigFile = None) -> None:
-    """Say whether the broker runs, where, and where its log is. Exit code 1 when stopped."""
+    """Say whether the broker runs, where, and where its log is. Exit code 1 when stopped.
+
+    Example: cua-stream broker status"""
     st = _broker(home, port, config).status()
     out.print(st.describe())
     if not st.running:
@@ -80,7 +92,9 @@ def lock(
         Path | None, typer.Option(help="Where to write the lock (default: next to the others).")
     ] = None,
 ) -> None:
-    """Resolve a Kafka version's jars with Maven and write their pinned lock file."""
+    """Resolve a Kafka version's jars with Maven and write their pinned lock file.
+
+    Example: cua-stream broker lock --kafka-version 4.1.1"""
     from cua_stream.broker.jars import lock_path, write_lock
 
     out.print(f"wrote {write_lock(kafka_version, output or lock_path(kafka_version))}")

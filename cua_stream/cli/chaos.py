@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._defaults import field_option
 
 if TYPE_CHECKING:
     from cua_stream.chaos.report import ChaosReport
@@ -24,36 +25,56 @@ out = Console(highlight=False)
 @friendly_errors
 def chaos(
     mode: Annotated[
-        str | None, typer.Option(help="fast (scripted episodes) or real (local desktops).")
+        str | None, field_option("chaos", "mode", help="fast (scripted episodes) or real (local desktops).")
     ] = None,
-    seed: Annotated[int | None, typer.Option(help="Seeds the fault schedule.")] = None,
-    faults: Annotated[int | None, typer.Option(help="Faults to inject (default 30).")] = None,
-    every: Annotated[float | None, typer.Option(help="Mean seconds between faults (default 3).")] = None,
+    seed: Annotated[int | None, field_option("chaos", "seed", help="Seeds the fault schedule.")] = None,
+    faults: Annotated[int | None, field_option("chaos", "faults", help="Faults to inject.")] = None,
+    every: Annotated[
+        float | None, field_option("chaos", "every_s", help="Mean seconds between faults.")
+    ] = None,
     steps: Annotated[
         int | None,
-        typer.Option(
-            help="GRPO steps the trainer takes at least; it trains on until every fault has healed (default 12)."
+        field_option(
+            "chaos",
+            "steps",
+            help="GRPO steps the trainer takes at least; it trains on until every fault has healed.",
         ),
     ] = None,
-    producers: Annotated[int | None, typer.Option(help="Producer processes (default 2).")] = None,
+    producers: Annotated[int | None, field_option("chaos", "producers", help="Producer processes.")] = None,
     concurrency: Annotated[
-        int | None, typer.Option(help="Episodes per producer at once (default 4).")
+        int | None, field_option("chaos", "concurrency", help="Episodes per producer at once.")
     ] = None,
-    group_size: Annotated[int | None, typer.Option(help="Episodes per GRPO group (default 4).")] = None,
-    groups_per_step: Annotated[int | None, typer.Option(help="Groups per step (default 2).")] = None,
+    group_size: Annotated[
+        int | None, field_option("chaos", "group_size", help="Episodes per GRPO group.")
+    ] = None,
+    groups_per_step: Annotated[
+        int | None, field_option("chaos", "groups_per_step", help="Groups per step.")
+    ] = None,
     duration: Annotated[
-        float | None, typer.Option(help="A soak: run this many seconds, the trainer without a step limit.")
+        float | None,
+        field_option(
+            "chaos", "duration_s", help="A soak: run this many seconds, the trainer without a step limit."
+        ),
     ] = None,
-    sample_every: Annotated[float | None, typer.Option(help="Seconds between resource samples.")] = None,
+    sample_every: Annotated[
+        float | None, field_option("chaos", "sample_every_s", help="Seconds between resource samples.")
+    ] = None,
     base_port: Annotated[
         int | None,
-        typer.Option(help="First of the run's ports, below the kernel's ephemeral range (default 29500)."),
+        field_option(
+            "chaos", "base_port", help="First of the run's ports, below the kernel's ephemeral range."
+        ),
     ] = None,
-    home: Annotated[str | None, typer.Option(help="Run directory (broker data, logs, report).")] = None,
+    home: Annotated[
+        str | None, field_option("chaos", "home", help="Run directory (broker data, logs, report).")
+    ] = None,
     secure: Annotated[
         bool | None,
-        typer.Option(
-            "--secure/--no-secure", help="SASL_SSL broker with ACLs, each daemon its own principal."
+        field_option(
+            "chaos",
+            "secure",
+            "--secure/--no-secure",
+            help="SASL_SSL broker with ACLs, each daemon its own principal.",
         ),
     ] = None,
     config: ConfigFile = None,
@@ -61,7 +82,9 @@ def chaos(
     """Run broker, engine, gateway, scorer, producers and trainer as separate processes while a seeded
     schedule SIGKILLs and restarts them, SIGSTOPs them, restarts the broker and writes undecodable
     records; then check from the topics that nothing was lost or trained twice (exit 1 if anything was).
-    The report is also written to <home>/report.json."""
+    The report is also written to <home>/report.json.
+
+    Example: cua-stream chaos --faults 30 --every 3 --steps 12 --seed 2"""
     import anyio
 
     from cua_stream.chaos.config import ChaosConfig

@@ -15,7 +15,8 @@ from cua_stream.errors import ContainerEngineError
 
 app = typer.Typer(
     help="The container engine: a private Docker daemon (its own socket and data under the state "
-    "directory), the compose plugin, and the locally built images.",
+    "directory), the compose plugin, and the locally built images.\n\n"
+    "Example: cua-stream containers start --build",
     no_args_is_help=True,
 )
 out = Console(highlight=False, stderr=True)
@@ -27,7 +28,9 @@ def start(
     build: Annotated[bool, typer.Option(help="Also build (or check) the images.")] = False,
 ) -> None:
     """Start the private Docker daemon (root) and install the compose plugin (built once, ~3 min); with
-    --build, build (or check) every image: the episodes' and those of a local compose run."""
+    --build, build (or check) every image: the episodes' and those of a local compose run.
+
+    Example: cua-stream containers start --build"""
     from cua_stream.containers import ensure_running
 
     home, started = ensure_running(build=build, export=False, say=out.print)
@@ -41,7 +44,9 @@ def start(
 @app.command()
 @friendly_errors
 def stop() -> None:
-    """Stop the private Docker daemon (and every container it runs)."""
+    """Stop the private Docker daemon (and every container it runs).
+
+    Example: cua-stream containers stop"""
     from cua_stream.containers import dockerd
 
     home = dockerd.DockerHome.default()
@@ -51,7 +56,9 @@ def stop() -> None:
 @app.command()
 @friendly_errors
 def status() -> None:
-    """Whether the daemon answers, where it lives, and which of the project's images are built."""
+    """Whether the daemon answers, where it lives, and which of the project's images are built.
+
+    Example: cua-stream containers status"""
     from cua_stream.containers import app_image, dockerd, images, service_images
 
     home = dockerd.DockerHome.default()
@@ -71,7 +78,9 @@ def status() -> None:
 def build(rebuild: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False) -> None:
     """Build the base, desktop and tasks images, and the images a local compose run uses: Kafka's, the
     runtime's and the self-contained cua-stream:local from this checkout's installation (each skipped
-    when what it is built from is unchanged)."""
+    when what it is built from is unchanged).
+
+    Example: cua-stream containers build --rebuild"""
     from cua_stream.containers import dockerd
 
     home = dockerd.DockerHome.default()
@@ -83,7 +92,10 @@ def build(rebuild: Annotated[bool, typer.Option(help="Rebuild even if up to date
 @app.command()
 @friendly_errors
 def env() -> None:
-    """Print the shell exports that point docker, docker compose and Harbor at the private daemon."""
+    """Print the shell exports that point docker, docker compose and Harbor at the private daemon.
+
+    Example: eval "$(cua-stream containers env)"
+    """
     from cua_stream.containers import dockerd
 
     print(_exports(dockerd.DockerHome.default()))
@@ -101,7 +113,10 @@ def local_env(
     """Print the exports compose/local.yml needs: this checkout and its interpreter (mounted), the
     models directory, and random secrets for those not set yet; with --trials, also what
     compose/docker-producer.yml mounts (this daemon's socket, the docker CLI, the compose plugin).
-    Then: docker compose -f compose/docker-compose.yml -f compose/local.yml up -d."""
+    Then: docker compose -f compose/docker-compose.yml -f compose/local.yml up -d.
+
+    Example: eval "$(cua-stream containers local-env --models /tmp/models)"
+    """
     from pathlib import Path
 
     from cua_stream.config import child_env
@@ -128,7 +143,10 @@ def secure_env(
 ) -> None:
     """Make (or keep) the secured compose run's secrets in --dir: a CA and the brokers' certificate, one
     SCRAM password per role (files, 0600), the users to create at format time; print the export
-    compose/secure.yml needs. Then add -f compose/secure.yml to the docker compose command."""
+    compose/secure.yml needs. Then add -f compose/secure.yml to the docker compose command.
+
+    Example: eval "$(cua-stream containers secure-env --dir ~/.cua-kafka-secrets)"
+    """
     from pathlib import Path
 
     from cua_stream.containers import secure_compose

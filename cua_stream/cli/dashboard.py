@@ -5,24 +5,30 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-import typer
-
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file
+from cua_stream.cli._defaults import field_option
 
 
 @friendly_errors
 def dashboard(
-    port: Annotated[int | None, typer.Option(help="Listen port (default 8050).")] = None,
-    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, field_option("dashboard", "port", help="Listen port.")] = None,
+    host: Annotated[str | None, field_option("dashboard", "host", help="Listen address.")] = None,
     start: Annotated[
-        str | None, typer.Option("--from", help="Start: offset, @epoch-ms, ISO time (default: beginning).")
+        str | None,
+        field_option(
+            "dashboard", "start", "--from", help="Start: offset, @epoch-ms, ISO time (unset: the beginning)."
+        ),
     ] = None,
     end: Annotated[
-        str | None, typer.Option("--to", help="End of a replayed range (default: follow live).")
+        str | None,
+        field_option("dashboard", "end", "--to", help="End of a replayed range (unset: follow live)."),
     ] = None,
-    blob_dir: Annotated[str | None, typer.Option(help="The gateway's blob store (screenshots).")] = None,
+    blob_dir: Annotated[
+        str | None, field_option("dashboard", "blob_dir", help="The gateway's blob store (screenshots).")
+    ] = None,
     model_path: Annotated[
-        str | None, typer.Option(help="Model dir: its tokenizer shows actions as text.")
+        str | None,
+        field_option("dashboard", "model_path", help="Model dir: its tokenizer shows actions as text."),
     ] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
@@ -30,7 +36,9 @@ def dashboard(
 ) -> None:
     """Serve a web page fed live from the topics (server-sent events): reward per step, verdicts and
     drops by reason, staleness, throughput, call latency, logprob gap and grad norm, and each recent
-    episode's calls in order with their screenshots, actions and verdict. --from/--to replay a range."""
+    episode's calls in order with their screenshots, actions and verdict. --from/--to replay a range.
+
+    Example: cua-stream dashboard --model-path models/tiny"""
     import anyio
     import uvicorn
 

@@ -80,7 +80,9 @@ def demo(
 ) -> None:
     """The whole loop on one machine: broker, topics, engine + gateway (tiny Qwen3-VL), the rollout producer
     (Harbor computer-1 trials on the local desktop, bundled tasks), the scorer, the GRPO trainer (torch or megatron,
-    new weights loaded on the engine each step) and a live tap; every event prints as it lands."""
+    new weights loaded on the engine each step) and a live tap; every event prints as it lands.
+
+    Example: cua-stream demo --steps 3"""
     from consumers.trainer.config import device_error
     from cua_stream.demo import DemoPlan, demo_settings, tiny_model_dir
     from producers.config import producer_config

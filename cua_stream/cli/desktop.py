@@ -7,14 +7,18 @@ from rich.console import Console
 from rich.table import Table
 
 app = typer.Typer(
-    help="The local desktop (episodes in per-episode namespaces, no Docker).", no_args_is_help=True
+    help="The local desktop (episodes in per-episode namespaces, no Docker).\n\n"
+    "Example: cua-stream desktop doctor",
+    no_args_is_help=True,
 )
 out = Console(highlight=False)
 
 
 @app.command()
 def doctor() -> None:
-    """List the programs the local desktop calls, whether each is here, and how to install the rest."""
+    """List the programs the local desktop calls, whether each is here, and how to install the rest.
+
+    Example: cua-stream desktop doctor"""
     from cua_stream.desktop.doctor import container_checks, is_root, missing_packages, requirements
 
     table = Table("program", "package", "found")

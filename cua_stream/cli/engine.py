@@ -8,25 +8,36 @@ from typing import Annotated
 import typer
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._defaults import field_option
 
 
 @friendly_errors
 def engine(
     model_path: Annotated[str | None, typer.Argument(help="Saved Qwen3-VL model directory.")] = None,
-    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="Listen port (default 30000).")] = None,
-    weight_version: Annotated[str | None, typer.Option(help="Version label of the weights at start.")] = None,
-    seed: Annotated[int | None, typer.Option(help="Base of per-request sampling seeds.")] = None,
+    host: Annotated[str | None, field_option("engine", "host", help="Listen address.")] = None,
+    port: Annotated[int | None, field_option("engine", "port", help="Listen port.")] = None,
+    weight_version: Annotated[
+        str | None, field_option("engine", "weight_version", help="Version label of the weights at start.")
+    ] = None,
+    seed: Annotated[
+        int | None, field_option("engine", "seed", help="Base of per-request sampling seeds.")
+    ] = None,
     max_running_requests: Annotated[
-        int | None, typer.Option(help="Requests decoded side by side (default 16); later ones queue.")
+        int | None,
+        field_option(
+            "engine", "max_running_requests", help="Requests decoded side by side; later ones queue."
+        ),
     ] = None,
     debug_history: Annotated[
-        int | None, typer.Option(help="Keep the last N requests at GET /debug/requests.")
+        int | None,
+        field_option("engine", "debug_history", help="Keep the last N requests at GET /debug/requests."),
     ] = None,
     config: ConfigFile = None,
 ) -> None:
     """Serve /generate, /update_weights_from_disk, /pause_generation, /continue_generation, /health and
-    /get_model_info over a transformers model (the "engine" section of --config)."""
+    /get_model_info over a transformers model (the "engine" section of --config).
+
+    Example: cua-stream engine models/tiny --port 30000"""
     from cua_stream.config import build
     from cua_stream.engine.config import EngineConfig
 

@@ -153,7 +153,9 @@ def eval_(
     config: ConfigFile = None,
 ) -> None:
     """Evaluate a scripted policy or a model on a task set through the real producer and scorer; print
-    success (95 % Wilson interval), pass@k, reward, turns and time per task; write the episodes as JSON."""
+    success (95 % Wilson interval), pass@k, reward, turns and time per task; write the episodes as JSON.
+
+    Example: cua-stream eval --policy oracle --tasks click-button --environment scripted --seeds 2"""
     if compare is not None:
         a, b = (files.load(path) for path in compare)
         _console().print(comparison_table(a, b, success_at))

@@ -40,7 +40,9 @@ def export_metrics(
     config: ConfigFile = None,
 ) -> None:
     """Write a run's train steps and drops as scalars; steps DIR already holds are not written again.
-    Examples: `cua-stream export-metrics --run r1 --to tensorboard runs/`, `... --to wandb wandb-runs/`."""
+    ``--to wandb DIR`` writes offline W&B runs instead.
+
+    Example: cua-stream export-metrics --run r1 --to tensorboard runs/"""
     kind, where = to
     spec = SinkSpec.parse(f"{kind}:{where}")
     if problem := output_problem(where, directory=True):  # before the run's records are read

@@ -5,39 +5,52 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-import typer
-
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli._defaults import field_option
 
 
 @friendly_errors
 def gateway(
     model_path: Annotated[
-        str | None, typer.Option(help="Directory of the served model's processor and tokenizer.")
+        str | None,
+        field_option(
+            "gateway", "model_path", help="Directory of the served model's processor and tokenizer."
+        ),
     ] = None,
     engine_url: Annotated[
-        str | None, typer.Option(help="Engine base URL (SGLang or cua-stream engine).")
+        str | None,
+        field_option("gateway", "engine_url", help="Engine base URL (SGLang or cua-stream engine)."),
     ] = None,
-    host: Annotated[str | None, typer.Option(help="Listen address (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option(help="Listen port (default 8000).")] = None,
+    host: Annotated[str | None, field_option("gateway", "host", help="Listen address.")] = None,
+    port: Annotated[int | None, field_option("gateway", "port", help="Listen port.")] = None,
     blob_dir: Annotated[
-        str | None, typer.Option(help="Screenshot blob store: a directory or s3://bucket/prefix.")
+        str | None,
+        field_option("gateway", "blob_dir", help="Screenshot blob store: a directory or s3://bucket/prefix."),
     ] = None,
     max_new_tokens_cap: Annotated[
-        int | None, typer.Option(help="Most completion tokens one call may ask for (default 4096).")
+        int | None,
+        field_option("gateway", "max_new_tokens_cap", help="Most completion tokens one call may ask for."),
     ] = None,
     session_idle_timeout: Annotated[
-        float | None, typer.Option(help="Expire a session idle this many seconds (default 1800).")
+        float | None,
+        field_option("gateway", "session_idle_timeout_s", help="Expire a session idle this many seconds."),
     ] = None,
     teacher_url: Annotated[
-        str | None, typer.Option(help="Base URL of teachers for forced-completion sessions (record-oracle).")
+        str | None,
+        field_option(
+            "gateway",
+            "teacher_url",
+            help="Base URL of teachers for forced-completion sessions (record-oracle).",
+        ),
     ] = None,
     bootstrap: Bootstrap = None,
     prefix: Prefix = None,
     config: ConfigFile = None,
 ) -> None:
     """Serve per-episode sessions with an OpenAI chat-completions endpoint; record every call to Kafka
-    (the "gateway" section of --config; the API key comes from the file or CUA_GATEWAY_API_KEY)."""
+    (the "gateway" section of --config; the API key comes from the file or CUA_GATEWAY_API_KEY).
+
+    Example: cua-stream gateway --model-path models/tiny --engine-url http://127.0.0.1:30000"""
     from cua_stream.config import build
     from cua_stream.gateway.config import GatewayConfig
 

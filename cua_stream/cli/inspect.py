@@ -29,13 +29,15 @@ from consumers.trainer.inspect_render import (
     step_text,
 )
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli._defaults import field_option
 from cua_stream.cli._inspect_recompute import RecomputeRules
 from cua_stream.cli._inspect_recompute import recompute as recompute_step
 from cua_stream.config import build, require_model_dir
 from cua_stream.events import CallRecord, ScoreEvent
 
 app = typer.Typer(
-    help="Rebuild what the trainer saw from the topics: a step's batch, an episode's call tree.",
+    help="Rebuild what the trainer saw from the topics: a step's batch, an episode's call tree.\n\n"
+    "Example: cua-stream inspect step --run r1 --step 7",
     no_args_is_help=True,
 )
 out = Console(highlight=False, soft_wrap=True)
@@ -53,16 +55,21 @@ Model = Annotated[
 ]
 MaxSeqLen = Annotated[
     int | None,
-    typer.Option(
+    field_option(
+        "trainer",
+        "max_seq_len",
         "--max-seq-len",
         min=1,
-        help="The trainer's max_seq_len (default: the config's trainer section, or 32768).",
+        help="The trainer's max_seq_len (unset: --config's).",
     ),
 ]
 NegativeScale = Annotated[
     float | None,
-    typer.Option(
-        "--negative-scale", help="The trainer's negative_scale (default: the config's trainer section, or 1)."
+    field_option(
+        "trainer",
+        "negative_scale",
+        "--negative-scale",
+        help="The trainer's negative_scale (unset: --config's).",
     ),
 ]
 Full = Annotated[bool, typer.Option("--full", help="Show every token and the whole text of each part.")]
@@ -107,7 +114,9 @@ def step(
     """Rebuild the batch step N of a run trained, and check it against the step's record (exit 1 if they
     differ). The group rules and max_seq_len are the trainer's: the config's trainer section, or the
     options. With --recompute, measure it again from the weights it started from (exit 1 if the numbers
-    differ from the record)."""
+    differ from the record).
+
+    Example: cua-stream inspect step --run r1 --step 7 --full"""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, negative_scale)
     batch = anyio.run(read_step, bus, run, number, rules)
@@ -153,7 +162,9 @@ def episode(
     config: ConfigFile = None,
 ) -> None:
     """An episode's call tree: each call with its parent or the call it retried, its compactions, the
-    sample that trains each completion, its score or discard reason, and the step that trained it."""
+    sample that trains each completion, its score or discard reason, and the step that trained it.
+
+    Example: cua-stream inspect episode EPISODE_ID --run r1"""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, None)
     records = anyio.run(episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)

@@ -27,7 +27,9 @@ def launch(
     config: ConfigFile = None,
 ) -> None:
     """Resolve a launch preset (each daemon's defaults < the preset < --config) and show every daemon's
-    settings, with the same run in the source launcher's flags (``launch.miles_argv``)."""
+    settings, with the same run in the source launcher's flags (``launch.miles_argv``).
+
+    Example: cua-stream launch --preset local-demo --model-path models/tiny --write run.toml"""
     import msgspec
     import yaml
 

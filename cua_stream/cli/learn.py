@@ -122,7 +122,9 @@ def learn(
 ) -> None:
     """Base evaluation, oracle demonstrations, SFT and its evaluation, then GRPO steps through the producer,
     gateway, engine, scorer and trainer and their evaluation; prints the curve and per-task success (95 %
-    intervals), writes <home>/learn/<run>/curve.png and the evaluations' results files."""
+    intervals), writes <home>/learn/<run>/curve.png and the evaluations' results files.
+
+    Example: cua-stream learn --tasks click-button --budget-minutes 30"""
     from transformers.utils import logging as transformers_logging
 
     from consumers.trainer.feeder import demonstration_work, sampling_of

@@ -18,7 +18,9 @@ def policies(
     port: Annotated[int, typer.Option(help="Listen port.")] = 8090,
 ) -> None:
     """Serve POST /policies/{oracle|nothing|idle|random}/{task}/{seed}/v1/chat/completions and GET
-    /health."""
+    /health.
+
+    Example: cua-stream policies --port 8090"""
     import uvicorn
 
     from cua_stream.tasks.policy_server import create_app

@@ -9,26 +9,44 @@ from typing import Annotated
 import typer
 
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
+from cua_stream.cli._defaults import field_option
 
 
 @friendly_errors
 def producer(
-    gateway_url: Annotated[str | None, typer.Option(help="Session gateway URL.")] = None,
-    concurrency: Annotated[int | None, typer.Option(help="Episodes at once (default 2).")] = None,
+    gateway_url: Annotated[
+        str | None, field_option("producer", "gateway_url", help="Session gateway URL.")
+    ] = None,
+    concurrency: Annotated[
+        int | None, field_option("producer", "concurrency", help="Episodes at once.")
+    ] = None,
     environment: Annotated[
         str | None,
-        typer.Option(
+        field_option(
+            "producer",
+            "environment",
             help="local-desktop (Harbor trials in namespaces; root), docker (Harbor's docker environment: "
-            "`cua-stream containers start --build`), any other Harbor environment type, or scripted."
+            "`cua-stream containers start --build`), any other Harbor environment type, or scripted.",
         ),
     ] = None,
-    group_id: Annotated[str | None, typer.Option(help="Consumer group (default <prefix>.producers).")] = None,
-    max_turns: Annotated[int | None, typer.Option(help="computer-1's turn limit (default 15).")] = None,
-    max_staleness: Annotated[
-        int | None, typer.Option(help="Skip work this many policy versions behind (default: run all).")
+    group_id: Annotated[
+        str | None, field_option("producer", "group_id", help="Consumer group (unset: <prefix>.producers).")
     ] = None,
-    trials_dir: Annotated[str | None, typer.Option(help="Harbor trial directories.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Prometheus text on this port (0: any).")] = None,
+    max_turns: Annotated[
+        int | None, field_option("producer", "max_turns", help="computer-1's turn limit.")
+    ] = None,
+    max_staleness: Annotated[
+        int | None,
+        field_option(
+            "producer", "max_staleness", help="Skip work this many policy versions behind (unset: run all)."
+        ),
+    ] = None,
+    trials_dir: Annotated[
+        str | None, field_option("producer", "trials_dir", help="Harbor trial directories.")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, field_option("producer", "metrics_port", help="Prometheus text on this port (0: any).")
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Live progress table on stderr.")] = False,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
     bootstrap: Bootstrap = None,
@@ -37,7 +55,9 @@ def producer(
 ) -> None:
     """Consume the work topic as a consumer group; run each request as a Harbor computer-1 trial (on the
     local desktop, in Docker, or on any Harbor environment), through a gateway session of its own; publish its outcome, then commit. SIGTERM
-    drains (episodes in hand finish), a second SIGTERM abandons them (each with an outcome saying so)."""
+    drains (episodes in hand finish), a second SIGTERM abandons them (each with an outcome saying so).
+
+    Example: cua-stream producer --gateway-url http://127.0.0.1:8000 --config run.toml"""
     import anyio
 
     from producers.config import producer_config

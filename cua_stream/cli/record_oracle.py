@@ -59,7 +59,9 @@ def record_oracle(
     config: ConfigFile = None,
 ) -> None:
     """Record oracle demonstrations of the bundled tasks as forced completions through the gateway and
-    engine; score them with the real verifiers; print what was recorded and the `sft` command."""
+    engine; score them with the real verifiers; print what was recorded and the `sft` command.
+
+    Example: cua-stream record-oracle --tasks click-button --seeds 4 --run-id demos-1"""
     from consumers.trainer.feeder import demonstration_work
     from cua_stream.demo import tiny_model_dir
 

@@ -41,7 +41,9 @@ def replay(
     prefix: Prefix = None,
     config: ConfigFile = None,
 ) -> None:
-    """Replay records [--from, --to) of a topic, per partition, keeping keys, headers and order."""
+    """Replay records [--from, --to) of a topic, per partition, keeping keys, headers and order.
+
+    Example: cua-stream replay -t turns --from beginning -o turns.jsonl"""
     if (output is None) == (republish is None):
         raise ValueError("give exactly one of --out FILE or --republish-prefix PREFIX")
     if output is not None and output.suffix not in (".jsonl", ".msgpack"):

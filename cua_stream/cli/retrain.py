@@ -60,7 +60,9 @@ def retrain(
 ) -> None:
     """Train each recorded step's batch of --from's run again, under its own settings from its log with
     the --set ones changed, from the weights --start names; publish the steps and versions as --run-id's,
-    marked a retrain of it. Run again to resume after a kill: no step is lost or trained twice."""
+    marked a retrain of it. Run again to resume after a kill: no step is lost or trained twice.
+
+    Example: cua-stream retrain --from r1 --run-id r1-kl --set trainer.kl_coef=0.3 --dry-run"""
     import anyio
 
     from consumers.trainer.retrain import RetrainRequest, plan_lines, plan_retrain, prepare_start

@@ -16,7 +16,10 @@ from consumers.trainer.rerun import RecordedRun, parse_steps, read_recorded
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
 from cua_stream.config import BusConfig
 
-app = typer.Typer(help="Training runs from their records: side by side.", no_args_is_help=True)
+app = typer.Typer(
+    help="Training runs from their records: side by side.\n\nExample: cua-stream runs compare r1 r1-kl",
+    no_args_is_help=True,
+)
 
 
 async def read_runs(bus: BusConfig, runs: list[str]) -> list[RecordedRun]:
@@ -35,7 +38,9 @@ def compare_runs(
     config: ConfigFile = None,
 ) -> None:
     """Per step, each run's loss, KL, clip fraction, grad norm and logprob gap (its TrainStep records),
-    and what each run's settings changed against the first run's (its TrainerSettings records)."""
+    and what each run's settings changed against the first run's (its TrainerSettings records).
+
+    Example: cua-stream runs compare r1 r1-kl --steps 5..8 --chart compare.png"""
     first, last = parse_steps(steps)
     if chart is not None and (problem := output_problem(chart)):
         raise typer.BadParameter(problem, param_hint="--chart")

@@ -9,20 +9,32 @@ from typing import Annotated
 import typer
 
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
+from cua_stream.cli._defaults import field_option
 
 
 @friendly_errors
 def scorer(
-    group_id: Annotated[str | None, typer.Option(help="Consumer group (default <prefix>.scorer).")] = None,
-    transactional_id: Annotated[
-        str | None, typer.Option(help="Instance id, unique per live scorer (default <prefix>.scorer-0).")
+    group_id: Annotated[
+        str | None, field_option("scorer", "group_id", help="Consumer group (unset: <prefix>.scorer).")
     ] = None,
-    reward_key: Annotated[str | None, typer.Option(help="Verifier reward key (default 'reward').")] = None,
+    transactional_id: Annotated[
+        str | None,
+        field_option(
+            "scorer",
+            "transactional_id",
+            help="Instance id, unique per live scorer (unset: <prefix>.scorer-0).",
+        ),
+    ] = None,
+    reward_key: Annotated[
+        str | None, field_option("scorer", "reward_key", help="Verifier reward key.")
+    ] = None,
     combine: Annotated[
-        str | None, typer.Option(help="Several reward keys: reject | mean | min | max | sum.")
+        str | None,
+        field_option("scorer", "combine", help="Several reward keys: reject | mean | min | max | sum."),
     ] = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus text on this port (0: any free port).")
+        int | None,
+        field_option("scorer", "metrics_port", help="Serve Prometheus text on this port (0: any free port)."),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
     bootstrap: Bootstrap = None,
@@ -30,7 +42,9 @@ def scorer(
     config: ConfigFile = None,
 ) -> None:
     """Consume outcomes (read_committed), produce scores and commit offsets in one Kafka transaction.
-    SIGTERM commits the batch in hand and exits."""
+    SIGTERM commits the batch in hand and exits.
+
+    Example: cua-stream scorer --config run.toml"""
     import anyio
 
     from consumers.scorer.config import scorer_config

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli._defaults import field_option
 
 out = Console(highlight=False)
 
@@ -18,18 +19,29 @@ out = Console(highlight=False)
 def sft(
     run_id: Annotated[list[str], typer.Option(help="A demonstration run to train on (repeatable).")],
     model_path: Annotated[Path, typer.Option(help="The starting weights and the processor.")],
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Where the fine-tuned model goes.")] = None,
-    epochs: Annotated[int | None, typer.Option(help="Passes over the demonstrations (default 8).")] = None,
-    target_nll: Annotated[
-        float | None, typer.Option(help="Stop once the demonstrations' mean token NLL is at most this.")
+    out_dir: Annotated[
+        Path | None, field_option("sft", "out_dir", "--out", help="Where the fine-tuned model goes.")
     ] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Samples per optimizer step (default 4).")] = None,
-    lr: Annotated[float | None, typer.Option(help="Learning rate (default 1e-4).")] = None,
-    blob_dir: Annotated[str | None, typer.Option(help="The gateway's screenshot blob store.")] = None,
+    epochs: Annotated[
+        int | None, field_option("sft", "epochs", help="Passes over the demonstrations.")
+    ] = None,
+    target_nll: Annotated[
+        float | None,
+        field_option(
+            "sft", "target_nll", help="Stop once the demonstrations' mean token NLL is at most this."
+        ),
+    ] = None,
+    batch_size: Annotated[
+        int | None, field_option("sft", "batch_size", help="Samples per optimizer step.")
+    ] = None,
+    lr: Annotated[float | None, field_option("sft", "lr", help="Learning rate.")] = None,
+    blob_dir: Annotated[
+        str | None, field_option("sft", "blob_dir", help="The gateway's screenshot blob store.")
+    ] = None,
     drawn: Annotated[
         int | None,
-        typer.Option(
-            help="First screens to draw from the demonstrations' on new layouts (click-box; default 0)."
+        field_option(
+            "sft", "drawn", help="First screens to draw from the demonstrations' on new layouts (click-box)."
         ),
     ] = None,
     bootstrap: Bootstrap = None,
@@ -37,7 +49,9 @@ def sft(
     config: ConfigFile = None,
 ) -> None:
     """Cross-entropy on the completion tokens of the runs' rewarded episodes (the loss masks and images
-    of GRPO's own sample assembly); saves a model directory the engine starts from or loads."""
+    of GRPO's own sample assembly); saves a model directory the engine starts from or loads.
+
+    Example: cua-stream sft --run-id demos-1 --model-path models/tiny --out models/tiny-sft"""
     import msgspec
     from transformers.utils import logging as transformers_logging
 

@@ -34,7 +34,9 @@ def tap(
     prefix: Prefix = None,
     config: ConfigFile = None,
 ) -> None:
-    """Follow topics live. Examples: `cua-stream tap turns scores`, `cua-stream tap -f type=score --json`."""
+    """Follow topics live: one readable line per event (``--json``: one JSON object), filtered by ``-f``.
+
+    Example: cua-stream tap scores -f run_id=r1 --from-beginning -n 20"""
     bus = make_bus(bootstrap, prefix, config)
     registry = bus.topics()
     specs = [registry.resolve(t) for t in topics] if topics else list(ALL)

@@ -11,7 +11,11 @@ from rich.table import Table
 
 from cua_stream.cli._common import friendly_errors
 
-app = typer.Typer(help="Task suites as Harbor computer-1 task directories.", no_args_is_help=True)
+app = typer.Typer(
+    help="Task suites as Harbor computer-1 task directories.\n\n"
+    "Example: cua-stream tasks export miniwob my-miniwob",
+    no_args_is_help=True,
+)
 out = Console(highlight=False)
 
 
@@ -29,7 +33,9 @@ def export(
     ] = None,
 ) -> None:
     """Write one task directory per task of the suite from one template; list the tasks left out, each
-    with its reason, and the tasks whose reward is continuous (give those a --task-threshold)."""
+    with its reason, and the tasks whose reward is continuous (give those a --task-threshold).
+
+    Example: cua-stream tasks export miniwob my-miniwob --task-threshold circle-center=0.8"""
     from cua_stream.cli._common import output_problem
     from cua_stream.tasks.miniwob import SUITE
     from cua_stream.tasks.miniwob.export import export as write

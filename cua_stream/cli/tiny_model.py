@@ -21,7 +21,9 @@ def make_tiny_model(
         str, typer.Option(help="tiny (2 layers of width 64) or small (4 of width 256).")
     ] = "tiny",
 ) -> None:
-    """Random weights, the real Qwen vocabulary and special-token ids, no network."""
+    """Random weights, the real Qwen vocabulary and special-token ids, no network.
+
+    Example: cua-stream make-tiny-model models/tiny"""
     from transformers.utils import logging as hf_logging
 
     from cua_stream.models.tiny import make_tiny_model as build

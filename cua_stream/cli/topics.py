@@ -13,7 +13,9 @@ from cua_stream.bus.acl import acls
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
 
-app = typer.Typer(help="Create and describe the topics of the registry (idempotent).")
+app = typer.Typer(
+    help="Create and describe the topics of the registry (idempotent).\n\nExample: cua-stream topics create"
+)
 out = Console(highlight=False)
 
 
@@ -32,7 +34,9 @@ def create(
         ),
     ] = False,
 ) -> None:
-    """Create every registry topic that does not exist yet."""
+    """Create every registry topic that does not exist yet.
+
+    Example: cua-stream topics create --prefix cua"""
     bus = make_bus(bootstrap, prefix, config)
 
     async def go() -> tuple[list[str], int]:
@@ -49,7 +53,9 @@ def create(
 @app.command()
 @friendly_errors
 def describe(bootstrap: Bootstrap = None, prefix: Prefix = None, config: ConfigFile = None) -> None:
-    """Show each topic's partitions, cleanup policy and retention, and any drift from the registry."""
+    """Show each topic's partitions, cleanup policy and retention, and any drift from the registry.
+
+    Example: cua-stream topics describe --prefix cua"""
     bus = make_bus(bootstrap, prefix, config)
     topics = bus.topics()
 

@@ -9,45 +9,79 @@ from typing import Annotated, Any
 import typer
 
 from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
+from cua_stream.cli._defaults import field_option
 
 
 @friendly_errors
 def trainer(
-    run_id: Annotated[str | None, typer.Option(help="The run this trainer owns (required).")] = None,
-    model_path: Annotated[str | None, typer.Option(help="Starting weights and processor directory.")] = None,
+    run_id: Annotated[
+        str | None,
+        field_option(
+            "trainer",
+            "run_id",
+            help="The run this trainer owns (required: here, in the file or the environment).",
+        ),
+    ] = None,
+    model_path: Annotated[
+        str | None, field_option("trainer", "model_path", help="Starting weights and processor directory.")
+    ] = None,
     tasks: Annotated[
         str | None,
-        typer.Option(
+        field_option(
+            "trainer",
+            "tasks",
             help="Comma-separated tasks the feeder cycles through: bundled names, 'miniwob' (the MiniWoB++ "
             "suite), miniwob/<name> or a glob of names, Harbor task directories, globs of them or dataset "
-            "directories (none: no feeder)."
+            "directories (none: no feeder).",
         ),
     ] = None,
-    group_size: Annotated[int | None, typer.Option(help="Episodes per GRPO group (default 4).")] = None,
-    groups_per_step: Annotated[
-        int | None, typer.Option(help="Groups per optimizer step (default 2).")
+    group_size: Annotated[
+        int | None, field_option("trainer", "group_size", help="Episodes per GRPO group.")
     ] = None,
-    max_staleness: Annotated[int | None, typer.Option(help="Versions a group may lag (default 1).")] = None,
+    groups_per_step: Annotated[
+        int | None, field_option("trainer", "groups_per_step", help="Groups per optimizer step.")
+    ] = None,
+    max_staleness: Annotated[
+        int | None, field_option("trainer", "max_staleness", help="Versions a group may lag.")
+    ] = None,
     on_stale: Annotated[
         str | None,
-        typer.Option(
-            help="A group with tokens past --max-staleness: drop_group (default) or mask (those tokens leave "
-            "the loss, the rest trains)."
+        field_option(
+            "trainer",
+            "on_stale",
+            help="A group with tokens past --max-staleness: drop_group or mask (those tokens leave the loss, "
+            "the rest trains).",
         ),
     ] = None,
-    max_steps: Annotated[int | None, typer.Option(help="Stop after this many steps (0: never).")] = None,
-    checkpoint_dir: Annotated[str | None, typer.Option(help="Checkpoints and weights directory.")] = None,
+    max_steps: Annotated[
+        int | None, field_option("trainer", "max_steps", help="Stop after this many steps (0: never).")
+    ] = None,
+    checkpoint_dir: Annotated[
+        str | None, field_option("trainer", "checkpoint_dir", help="Checkpoints and weights directory.")
+    ] = None,
     blob_dir: Annotated[
         str | None,
-        typer.Option(help="The gateway's screenshot blob store (a directory or s3://bucket/prefix)."),
+        field_option(
+            "trainer",
+            "blob_dir",
+            help="The gateway's screenshot blob store (a directory or s3://bucket/prefix).",
+        ),
     ] = None,
-    engine_url: Annotated[str | None, typer.Option(help="Engine to load new weights on.")] = None,
-    gateway_url: Annotated[str | None, typer.Option(help="Gateway to drain around weight updates.")] = None,
-    metrics_port: Annotated[int | None, typer.Option(help="Serve Prometheus text on this port.")] = None,
+    engine_url: Annotated[
+        str | None, field_option("trainer", "engine_url", help="Engine to load new weights on.")
+    ] = None,
+    gateway_url: Annotated[
+        str | None, field_option("trainer", "gateway_url", help="Gateway to drain around weight updates.")
+    ] = None,
+    metrics_port: Annotated[
+        int | None, field_option("trainer", "metrics_port", help="Serve Prometheus text on this port.")
+    ] = None,
     metrics_sink: Annotated[
         list[str] | None,
-        typer.Option(
-            help="Also write each step's scalars to tensorboard:DIR or wandb:DIR (offline); repeatable."
+        field_option(
+            "trainer",
+            "metrics_sinks",
+            help="Also write each step's scalars to tensorboard:DIR or wandb:DIR (offline); repeatable.",
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Python logging level.")] = "INFO",
@@ -57,7 +91,9 @@ def trainer(
 ) -> None:
     """Issue the run's work, join its turns, summaries and scores into GRPO groups, train, publish the
     weights to the engine and a PolicyVersion; checkpoint so a kill -9 loses and repeats nothing.
-    SIGTERM stops after the step in hand."""
+    SIGTERM stops after the step in hand.
+
+    Example: cua-stream trainer --run-id r1 --model-path models/tiny --tasks click-button -c run.toml"""
     import anyio
 
     from consumers.trainer.config import trainer_config

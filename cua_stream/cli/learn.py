@@ -16,6 +16,7 @@ import msgspec
 import typer
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli._defaults import plan_option
 from cua_stream.cli._learn_report import curve_of, report
 from cua_stream.cli._learn_sft import Evaluations, Prober, sft, sft_end
 from cua_stream.cli._stack import (
@@ -28,12 +29,12 @@ from cua_stream.cli._stack import (
     teacher_stack,
 )
 from cua_stream.config import BusConfig, state_dir
+from cua_stream.learn import LearnPlan
 from cua_stream.rollouts import rollouts, run_episodes
 
 if TYPE_CHECKING:
     from cua_stream.evaluation.results import EvalResults
     from cua_stream.events import EvalReport, TrainStep
-    from cua_stream.learn import LearnPlan
     from producers.config import ProducerConfig
 
 
@@ -44,77 +45,172 @@ the whole command ends within ``--budget-minutes``."""
 
 @friendly_errors
 def learn(
-    seed: Annotated[int, typer.Option(help="Seeds the base model, the layouts of SFT and evaluation.")] = 0,
+    seed: Annotated[
+        int | None,
+        plan_option(LearnPlan, "seed", help="Seeds the base model, the layouts of SFT and evaluation."),
+    ] = None,
     model_size: Annotated[
-        str, typer.Option(help="The base policy: tiny or small (models.tiny.SIZES).")
-    ] = "tiny",
+        str | None,
+        plan_option(LearnPlan, "model_size", help="The base policy: tiny or small (models.tiny.SIZES)."),
+    ] = None,
     tasks: Annotated[
-        str,
-        typer.Option(help="Comma-separated tasks GRPO trains on: bundled, 'all', or miniwob/<name> (globs)."),
-    ] = "click-test",
-    demo_tasks: Annotated[str, typer.Option(help="Tasks demonstrated for SFT (default: --tasks).")] = "",
-    demos: Annotated[int, typer.Option(help="Oracle demonstrations per task.")] = 24,
-    drawn_demos: Annotated[
-        int,
-        typer.Option(help="First screens drawn from the click-box demonstrations' on new layouts, for SFT."),
-    ] = 0,
-    drawn_epochs: Annotated[
-        int, typer.Option(help="Passes over the drawn screens before SFT on the recorded demonstrations.")
-    ] = 2,
-    eval_episodes: Annotated[
-        int, typer.Option(help="Held-out layouts per task measuring the base, SFT and GRPO policies.")
-    ] = 4,
-    sft_epochs: Annotated[int, typer.Option(help="The most SFT passes over the demonstrations.")] = 30,
-    sft_target_nll: Annotated[
-        float,
-        typer.Option(
-            help="SFT's floor: end it at this demonstrations' token NLL at the latest (0: all epochs)."
+        str | None,
+        plan_option(
+            LearnPlan,
+            "tasks",
+            help="Comma-separated tasks GRPO trains on: bundled, 'all', or miniwob/<name> (globs).",
         ),
-    ] = 0.12,
+    ] = None,
+    demo_tasks: Annotated[
+        str | None,
+        plan_option(LearnPlan, "demo_tasks", help="Tasks demonstrated for SFT (default: --tasks)."),
+    ] = None,
+    demos: Annotated[
+        int | None, plan_option(LearnPlan, "demo_seeds", "--demos", help="Oracle demonstrations per task.")
+    ] = None,
+    drawn_demos: Annotated[
+        int | None,
+        plan_option(
+            LearnPlan,
+            "drawn_demos",
+            help="First screens drawn from the click-box demonstrations' on new layouts, for SFT.",
+        ),
+    ] = None,
+    drawn_epochs: Annotated[
+        int | None,
+        plan_option(
+            LearnPlan,
+            "drawn_epochs",
+            help="Passes over the drawn screens before SFT on the recorded demonstrations.",
+        ),
+    ] = None,
+    eval_episodes: Annotated[
+        int | None,
+        plan_option(
+            LearnPlan,
+            "eval_episodes",
+            help="Held-out layouts per task measuring the base, SFT and GRPO policies.",
+        ),
+    ] = None,
+    sft_epochs: Annotated[
+        int | None, plan_option(LearnPlan, "sft_epochs", help="The most SFT passes over the demonstrations.")
+    ] = None,
+    sft_target_nll: Annotated[
+        float | None,
+        plan_option(
+            LearnPlan,
+            "sft_target_nll",
+            help="SFT's floor: end it at this demonstrations' token NLL at the latest (0: all epochs).",
+        ),
+    ] = None,
     sft_start_success: Annotated[
-        float,
-        typer.Option(help="End SFT once sampled episodes on new layouts succeed this often (0: no probing)."),
-    ] = 0.25,
+        float | None,
+        plan_option(
+            LearnPlan,
+            "sft_start_success",
+            help="End SFT once sampled episodes on new layouts succeed this often (0: no probing).",
+        ),
+    ] = None,
     sft_probe_nll: Annotated[
-        float, typer.Option(help="Probe SFT's weights from this demonstrations' NLL down.")
-    ] = 0.25,
-    probe_episodes: Annotated[int, typer.Option(help="Sampled episodes per SFT probe.")] = 16,
+        float | None,
+        plan_option(
+            LearnPlan, "sft_probe_nll", help="Probe SFT's weights from this demonstrations' NLL down."
+        ),
+    ] = None,
+    probe_episodes: Annotated[
+        int | None, plan_option(LearnPlan, "probe_episodes", help="Sampled episodes per SFT probe.")
+    ] = None,
     probes_per_epoch: Annotated[
-        int, typer.Option(help="SFT probes per epoch, at equal shares of it (its end included).")
-    ] = 2,
-    steps: Annotated[int, typer.Option(help="GRPO steps (the budget usually ends the run first).")] = 200,
-    group_size: Annotated[int, typer.Option(help="Episodes per GRPO group.")] = 4,
-    groups_per_step: Annotated[int, typer.Option(help="Groups per GRPO step.")] = 2,
-    lr: Annotated[float, typer.Option(help="GRPO learning rate.")] = 3e-4,
+        int | None,
+        plan_option(
+            LearnPlan,
+            "probes_per_epoch",
+            help="SFT probes per epoch, at equal shares of it (its end included).",
+        ),
+    ] = None,
+    steps: Annotated[
+        int | None,
+        plan_option(LearnPlan, "steps", help="GRPO steps (the budget usually ends the run first)."),
+    ] = None,
+    group_size: Annotated[
+        int | None, plan_option(LearnPlan, "group_size", help="Episodes per GRPO group.")
+    ] = None,
+    groups_per_step: Annotated[
+        int | None, plan_option(LearnPlan, "groups_per_step", help="Groups per GRPO step.")
+    ] = None,
+    lr: Annotated[float | None, plan_option(LearnPlan, "lr", help="GRPO learning rate.")] = None,
     lr_warmup_steps: Annotated[
-        int, typer.Option(help="GRPO steps over which the learning rate ramps up to --lr (0: none).")
-    ] = 10,
-    passes: Annotated[int, typer.Option(help="Optimizer updates per GRPO step on its batch.")] = 1,
+        int | None,
+        plan_option(
+            LearnPlan,
+            "lr_warmup_steps",
+            help="GRPO steps over which the learning rate ramps up to --lr (0: none).",
+        ),
+    ] = None,
+    passes: Annotated[
+        int | None, plan_option(LearnPlan, "passes", help="Optimizer updates per GRPO step on its batch.")
+    ] = None,
     kl_coef: Annotated[
-        float, typer.Option(help="Weight of the KL to the SFT weights in GRPO's loss (0: off).")
-    ] = 0.3,
+        float | None,
+        plan_option(
+            LearnPlan, "kl_coef", help="Weight of the KL to the SFT weights in GRPO's loss (0: off)."
+        ),
+    ] = None,
     negative_scale: Annotated[
-        float,
-        typer.Option(help="Weight of GRPO's negative advantages (1: GRPO; 0: reinforce only the winners)."),
-    ] = 0.0,
+        float | None,
+        plan_option(
+            LearnPlan,
+            "negative_scale",
+            help="Weight of GRPO's negative advantages (1: GRPO; 0: reinforce only the winners).",
+        ),
+    ] = None,
     max_parse_errors: Annotated[
-        int, typer.Option(help="End an episode at this many consecutive unparsable replies (0: never).")
-    ] = 0,
+        int | None,
+        plan_option(
+            LearnPlan,
+            "max_parse_errors",
+            help="End an episode at this many consecutive unparsable replies (unset or 0: never).",
+        ),
+    ] = None,
     loss_reduction: Annotated[
-        str, typer.Option(help="GRPO loss: 'episode' (token mean per episode) or 'token' (over all tokens).")
-    ] = "episode",
-    temperature: Annotated[float, typer.Option(help="GRPO's sampling (and logprob) temperature.")] = 1.0,
+        str | None,
+        plan_option(
+            LearnPlan,
+            "loss_reduction",
+            help="GRPO loss: 'episode' (token mean per episode) or 'token' (over all tokens).",
+        ),
+    ] = None,
+    temperature: Annotated[
+        float | None, plan_option(LearnPlan, "temperature", help="GRPO's sampling (and logprob) temperature.")
+    ] = None,
     top_k: Annotated[
-        int, typer.Option(help="GRPO samples from the top_k likeliest tokens (-1: all); logprobs unfiltered.")
-    ] = -1,
+        int | None,
+        plan_option(
+            LearnPlan,
+            "top_k",
+            help="GRPO samples from the top_k likeliest tokens (-1: all); logprobs unfiltered.",
+        ),
+    ] = None,
     min_p: Annotated[
-        float, typer.Option(help="GRPO drops tokens below min_p x the likeliest's probability (0: none).")
-    ] = 0.1,
-    budget_minutes: Annotated[float, typer.Option(help="Stop GRPO when the run is this old.")] = 30.0,
+        float | None,
+        plan_option(
+            LearnPlan, "min_p", help="GRPO drops tokens below min_p x the likeliest's probability (0: none)."
+        ),
+    ] = None,
+    budget_minutes: Annotated[
+        float | None, plan_option(LearnPlan, "budget_minutes", help="Stop GRPO when the run is this old.")
+    ] = None,
     grpo_minutes: Annotated[
-        float, typer.Option(help="Stop GRPO when it has run this long, too (0: only --budget-minutes).")
-    ] = 0.0,
-    concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
+        float | None,
+        plan_option(
+            LearnPlan,
+            "grpo_minutes",
+            help="Stop GRPO when it has run this long, too (unset or 0: only --budget-minutes).",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None, plan_option(LearnPlan, "concurrency", help="Episodes (desktops) at once.")
+    ] = None,
     engine_port: Annotated[int, typer.Option(help="Reference engine port.")] = 30000,
     gateway_port: Annotated[int, typer.Option(help="Session gateway port.")] = 8000,
     policies_port: Annotated[int, typer.Option(help="Scripted-policy server port (the teacher).")] = 8090,
@@ -135,23 +231,18 @@ def learn(
     from producers.config import producer_config
 
     started = time.monotonic()
-    chosen = parse_tasks(tasks)
-    demonstrated = parse_tasks(demo_tasks, hint="--demo-tasks") if demo_tasks else chosen
-    require_playable(
-        "oracle", demonstrated, "--demo-tasks" if demo_tasks else "--tasks (or give --demo-tasks)"
-    )
     plan = _plan(
         seed=seed,
         model_size=model_size,
-        tasks=tuple(chosen),
-        demo_tasks=tuple(demonstrated if demo_tasks else ()),
+        tasks=tuple(parse_tasks(tasks)) if tasks is not None else None,
+        demo_tasks=tuple(parse_tasks(demo_tasks, hint="--demo-tasks")) if demo_tasks else None,
         demo_seeds=demos,
         drawn_demos=drawn_demos,
         drawn_epochs=drawn_epochs,
         eval_episodes=eval_episodes,
         sft_epochs=sft_epochs,
-        sft_target_nll=sft_target_nll or None,
-        sft_start_success=sft_start_success or None,
+        sft_target_nll=sft_target_nll,
+        sft_start_success=sft_start_success,
         sft_probe_nll=sft_probe_nll,
         probe_episodes=probe_episodes,
         probes_per_epoch=probes_per_epoch,
@@ -164,16 +255,21 @@ def learn(
         kl_coef=kl_coef,
         negative_scale=negative_scale,
         loss_reduction=loss_reduction,
-        max_parse_errors=max_parse_errors or None,
+        max_parse_errors=max_parse_errors,
         temperature=temperature,
         top_k=top_k,
         min_p=min_p,
         concurrency=concurrency,
         budget_minutes=budget_minutes,
-        grpo_minutes=grpo_minutes or None,
+        grpo_minutes=grpo_minutes,
+    )
+    require_playable(
+        "oracle",
+        list(plan.demonstrated),
+        "--demo-tasks" if plan.demo_tasks else "--tasks (or give --demo-tasks)",
     )
     file_data = load_file(config)
-    run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{seed}"
+    run = f"learn-{time.strftime('%Y%m%d-%H%M%S')}-s{plan.seed}"
     home = state_dir() / "learn" / run
     producer = producer_config(
         file_data,
@@ -193,8 +289,8 @@ def learn(
     evals = Evaluations(run, home / "eval", Evaluation(plan.evaluation_plan(), producer, sampling))
     timings: dict[str, float] = {}
 
-    step(f"building the base policy ({plan.model_size} random Qwen3-VL, seed {seed})")
-    base = make_tiny_model(home / "base", seed=seed, size=plan.model_size)
+    step(f"building the base policy ({plan.model_size} random Qwen3-VL, seed {plan.seed})")
+    base = make_tiny_model(home / "base", seed=plan.seed, size=plan.model_size)
     logs = home / "logs"
     step(
         f"evaluating the base policy ({plan.eval_episodes} held-out layouts per task) and recording "
@@ -362,12 +458,18 @@ async def _grpo(
 
 OPTION_OF = {"demo_seeds": "--demos"}
 """``LearnPlan`` fields whose option is not the field's name with dashes."""
+ZERO_IS_NONE = ("sft_target_nll", "sft_start_success", "max_parse_errors", "grpo_minutes")
+"""Plan fields whose option's 0 is the field's None (no floor, no probing, never, no bound of its own)."""
 
 
-def _plan(**settings: Any) -> LearnPlan:
-    """The plan of these settings; a setting out of range is the option's error (exit 2, named)."""
-    from cua_stream.learn import LearnPlan
-
+def _plan(**given: Any) -> LearnPlan:
+    """The plan of the options given (None: not given, the plan's default holds); a setting out of range is
+    the option's error (exit 2, named)."""
+    settings = {
+        field: None if field in ZERO_IS_NONE and value == 0 else value
+        for field, value in given.items()
+        if value is not None
+    }
     try:
         return LearnPlan(**settings)
     except ValueError as e:

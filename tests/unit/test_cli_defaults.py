@@ -1,9 +1,12 @@
 """`--help`'s defaults come from the config fields the options feed (``cua_stream.cli._defaults``): each
 mapped option shows its field's default, read from the settings class in the registry; no help text
-restates by hand a default that a field owns; and a field's default changed is a changed `--help`."""
+restates by hand a default that a field owns; and a field's default changed is a changed `--help`. The
+same for `learn`, whose defaults are its plan's (``cua_stream.learn.LearnPlan``)."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import inspect
 import re
 import typing
@@ -16,8 +19,9 @@ import typer
 from typer.testing import CliRunner
 
 from cua_stream import cli, config
-from cua_stream.cli._defaults import FieldOption, field_option, shown_default
+from cua_stream.cli._defaults import FieldOption, PlanOption, field_option, plan_option, shown_default
 from cua_stream.docs_reference import commands
+from cua_stream.learn import LearnPlan
 
 HAND_WRITTEN = {
     "eval --model-path": "the demo's tiny model: no config field",
@@ -152,3 +156,70 @@ def test_an_option_naming_no_field_fails_at_import() -> None:
 )  # fmt: skip
 def test_shown_default(value: object, text: str | None) -> None:
     assert shown_default(value) == text
+
+
+LEARN_OWN = {"engine_port", "gateway_port", "policies_port", "config"}
+"""``learn``'s options that set no field of its plan (where its servers listen, the config file)."""
+
+
+def plan_default_text(value: object) -> str | None:
+    """A plan field's default as a reader expects it, computed here (not by _defaults)."""
+    if value in (None, "", (), dataclasses.MISSING):
+        return None
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def test_every_learn_option_shows_its_plans_default_and_restates_none() -> None:
+    """LearnPlan is the one home of learn's defaults: each option is unset (None) unless given, and its
+    help shows the plan's default (a default written in the option too fails here)."""
+    from cua_stream.cli.learn import learn
+    from cua_stream.learn import LearnPlan
+
+    command = dict(commands(click_root()))[("learn",)]
+    params = {p.name: p for p in command.params}
+    hints = typing.get_type_hints(inspect.unwrap(learn), include_extras=True)
+    defaults = {f.name: f.default for f in dataclasses.fields(LearnPlan)}
+    checked = []
+    for name, parameter in inspect.signature(learn).parameters.items():
+        if name in LEARN_OWN:
+            continue
+        (info,) = [i for i in getattr(hints[name], "__metadata__", ()) if isinstance(i, PlanOption)] or [None]
+        assert info is not None and info.plan is LearnPlan, f"learn {name}: not a plan_option of LearnPlan"
+        assert parameter.default is None, f"learn {name}: a default of its own, {parameter.default!r}"
+        shown = params[name].show_default
+        assert (shown if isinstance(shown, str) else None) == plan_default_text(defaults[info.field]), name
+        checked.append(info.field)
+    assert len(checked) >= 30 and {"demo_seeds", "tasks", "lr", "grpo_minutes"} <= set(checked)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnMutant(LearnPlan):
+    demo_seeds: int = 25
+
+
+def test_a_changed_plan_default_changes_learn_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LearnPlan's demo_seeds default changed (the class replaced by a mutant, the command's module read
+    again): `learn --help` shows the new default."""
+    from cua_stream import learn as plan_module
+    from cua_stream.cli import learn as command_module
+
+    def shown() -> str:
+        app = typer.Typer()
+        app.command()(command_module.learn)
+        out = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+        return next(line for line in out.splitlines() if "--demos" in line)
+
+    assert "[default: (24)]" in shown()
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(plan_module, "LearnPlan", LearnMutant)
+            importlib.reload(command_module)
+            assert "[default: (25)]" in shown()
+    finally:
+        importlib.reload(command_module)
+    assert "[default: (24)]" in shown()
+
+
+def test_an_option_naming_no_plan_field_fails_at_import() -> None:
+    with pytest.raises(KeyError, match="LearnPlan has no field 'demo_sedes'"):
+        plan_option(LearnPlan, "demo_sedes", help="A typo.")

@@ -230,18 +230,17 @@ def test_a_reply_carries_an_action_only_as_computer_1_reads_one() -> None:
 
 
 def test_the_commands_defaults_are_the_plans() -> None:
+    """learn's options have no defaults of their own (its --help shows the plan's:
+    tests/unit/test_cli_defaults.py): unset, each leaves the plan's default; 0 turns an optional bound off."""
+    import dataclasses
     import inspect
 
-    from cua_stream.cli.learn import learn
+    from cua_stream.cli.learn import _plan, learn
 
-    plan = LearnPlan()
-    renamed = {"demos": "demo_seeds", "eval_episodes": "eval_episodes"}
-    checked = 0
+    own = {"engine_port": 30000, "gateway_port": 8000, "policies_port": 8090, "config": None}
     for name, param in inspect.signature(learn).parameters.items():
-        field = renamed.get(name, name)
-        if not hasattr(plan, field) or field in ("seed", "tasks", "demo_tasks"):
-            continue  # ports, budget, config; the seed; tasks are parsed from text
-        default, planned = param.default, getattr(plan, field)
-        assert default == planned or (default == 0 and planned is None), name  # 0 on the command line: off
-        checked += 1
-    assert checked >= 14
+        assert param.default == own.get(name), name  # None: not given
+    assert _plan(**{f.name: None for f in dataclasses.fields(LearnPlan)}) == LearnPlan()
+    assert _plan(demo_seeds=3, sft_target_nll=0, grpo_minutes=0, max_parse_errors=0, min_p=0) == LearnPlan(
+        demo_seeds=3, sft_target_nll=None, grpo_minutes=None, max_parse_errors=None, min_p=0
+    )

@@ -4,8 +4,9 @@ Every line of a ``bash``/``sh`` fenced block in the pages (``PAGES``) is read as
 trailing ``\\`` continues the line, ``#`` starts a comment, ``;``/``&&``/``||``/``|`` separate commands,
 ``VAR=value`` prefixes and ``for``/``do``/``done`` are the shell's, and ``eval "$(...)"`` runs the command
 inside. Each ``cua-stream`` command is parsed against the real click command (its path resolved, its
-options and arguments given to ``make_context``, nothing invoked): an unknown command or option, or a
-missing or bad value, is a problem naming ``file:line``. Any other command has its repo paths checked
+options and arguments given to ``make_context``, nothing invoked): an unknown command or option, a
+missing or bad value, or an old spelling a group still takes (``cli._eval_spellings``), is a problem naming
+``file:line``. Any other command has its repo paths checked
 (``bash scripts/x.sh``, ``docker compose -f compose/y.yml``): a path that is not there is a problem.
 
 What happens to each command besides (``how_checked``): those in ``RUN`` are run by
@@ -59,6 +60,7 @@ RUN_BY: dict[tuple[str, ...], str] = {
     ("cua-stream", "replay"): "tests/integration/test_replay_tap.py",
     ("cua-stream", "dashboard"): "tests/integration/test_dashboard.py",
     ("cua-stream", "eval"): "tests/integration/test_eval.py",
+    ("cua-stream", "eval", "table"): "tests/unit/test_benchmark_table.py",
     ("cua-stream", "inspect"): "tests/integration/test_inspect_step.py",
     ("cua-stream", "export-metrics"): "tests/integration/test_export_metrics.py",
     ("cua-stream", "retrain"): "tests/integration/test_retrain.py",
@@ -169,6 +171,8 @@ def parse_cli(args: tuple[str, ...], root: Any) -> str | None:
     from typer._click import exceptions as clicks
     from typer.exceptions import Exit
 
+    from cua_stream.cli._eval_spellings import OLD_SPELLING
+
     group, path, rest = root, ["cua-stream"], list(args)
     while hasattr(group, "list_commands") and rest and not rest[0].startswith("-"):
         sub = group.get_command(None, rest[0])
@@ -177,11 +181,13 @@ def parse_cli(args: tuple[str, ...], root: Any) -> str | None:
         group, path, rest = sub, [*path, rest.pop(0)], rest
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # --help prints the help, then exits
-            group.make_context(" ".join(path), rest)
+            ctx = group.make_context(" ".join(path), rest)
     except (Exit, clicks.NoArgsIsHelpError):
         return None
     except clicks.UsageError as error:
         return f"{' '.join(path)}: {error.format_message()}"
+    if (respelled := ctx.meta.get(OLD_SPELLING)) is not None:  # it runs, but a page teaches the new one
+        return f"{' '.join(path)}: an old spelling; write {' '.join(path)} {shlex.join(respelled)}"
     return None
 
 

@@ -6,7 +6,7 @@ gateway), SFT on the rewarded ones (probed by evaluations of its weights), evalu
 through the whole streaming loop from the SFT weights, evaluate the GRPO policy. Each evaluation is
 ``cua-stream eval``'s (``cua_stream.evaluation``). Seeds are kept apart by construction: demonstrations
 use layout seeds at or above ``2**32``, evaluations and probes ``eval``'s range (``2**40`` and up; the
-evaluations the same layouts as ``cua-stream eval --seeds N``, the probes from index ``PROBE_FIRST``),
+evaluations the same layouts as ``cua-stream eval run --seeds N``, the probes from index ``PROBE_FIRST``),
 GRPO's groups draw theirs from a CRC-32 of the group id (below ``2**32``): GRPO never sees a layout SFT
 was shown or a policy is measured on.
 """

@@ -177,7 +177,7 @@ class ProducerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
     def allowing(self, tasks: Iterable[TaskRef]) -> ProducerConfig:
         """This config with the task directories ``tasks`` name among its roots: the producer of a command
-        runs the tasks that command's own arguments named (``eval --tasks DIR``), and no others."""
+        runs the tasks that command's own arguments named (``eval run --tasks DIR``), and no others."""
         named = [t.path for t in tasks if t.path and t.path not in self.task_roots]
         if not named:
             return self

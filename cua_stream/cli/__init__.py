@@ -42,7 +42,7 @@ def _root() -> None:
 SUBCOMMANDS: dict[str, str] = {
     "demo": "cua_stream.cli.demo:demo",
     "learn": "cua_stream.cli.learn:learn",
-    "eval": "cua_stream.cli.eval:eval_",
+    "eval": "cua_stream.cli.eval:app",
     "record-oracle": "cua_stream.cli.record_oracle:record_oracle",
     "sft": "cua_stream.cli.sft:sft",
     "launch": "cua_stream.cli.launch:launch",

@@ -1,5 +1,5 @@
 """`cua-stream eval`'s benchmark table (a MiniWoB++ task set with no policy named, several scripted
-policies, or ``--table`` over saved results): per task, each policy's success with its 95 % Wilson
+policies, or ``eval table`` over saved results): per task, each policy's success with its 95 % Wilson
 interval side by side, the blind baseline beside them, and the means over the literature's task subsets
 beside the published numbers; printed, and saved as JSON and Markdown (docs/miniwob.md shows one)."""
 

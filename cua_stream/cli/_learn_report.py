@@ -56,7 +56,7 @@ def report(
     files = {name: home / "eval" / f"{name}.json" for name in evaluated}
     if {"sft", "grpo"} <= set(files):
         out.print(f"results files in {home / 'eval'}; did GRPO beat SFT (the difference, its interval): "
-                  f"[bold]cua-stream eval --compare {files['sft']} {files['grpo']}[/bold]")  # fmt: skip
+                  f"[bold]cua-stream eval compare {files['sft']} {files['grpo']}[/bold]")  # fmt: skip
     first, last = curve.ends(plan.window)
     out.print(
         f"mean reward, first {plan.window} GRPO steps -> last {plan.window}: {first:.3f} -> {last:.3f} "

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
 import typer
@@ -118,6 +118,18 @@ class Steps:
     def __call__(self, what: str) -> None:
         self.n += 1
         out.print(f"[bold]{self.n}/{self.total}[/bold] {what}")
+
+
+EpisodeEnvironment = Annotated[
+    str,
+    typer.Option(
+        "--environment",
+        help="local-desktop (Harbor trials in namespaces; root), docker (Harbor's docker environment on "
+        "cua-stream's own daemon: `cua-stream containers start --build`, then `eval \"$(cua-stream "
+        'containers env)"`), any other Harbor environment type, or scripted (no desktop).',
+    ),
+]
+"""Where a one-shot command's episodes run (``episode_producer``): the producer's environments."""
 
 
 def episode_producer(

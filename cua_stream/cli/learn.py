@@ -2,7 +2,7 @@
 demonstrations, SFT warm start, evaluate it, then GRPO through the whole streaming loop and evaluate
 its policy; the reward per step and task plotted to a PNG (and on the dashboard: it reads the same
 topics). Every evaluation (and SFT probe) is ``cua-stream eval``'s: its results file under
-``<home>/learn/<run>/eval/`` (``eval --compare`` reads them) and its report on the evals topic."""
+``<home>/learn/<run>/eval/`` (``eval compare`` reads them) and its report on the evals topic."""
 
 from __future__ import annotations
 

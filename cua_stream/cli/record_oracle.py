@@ -1,6 +1,6 @@
 """`cua-stream record-oracle`: demonstrations recorded through the path GRPO trains on.
 
-The bundled tasks' oracle plays real computer-1 trials (the local desktop, or the scripted environment),
+The bundled tasks' oracle plays real computer-1 trials (the local desktop, Docker, or the scripted environment),
 but its replies do not go straight to the agent: the gateway asks the oracle (its ``teacher_url``: the
 scripted-policy server) and has the engine score the reply as the policy's completion, so every turn
 lands on the turn topic with the chat template, token layout and images a sampled turn has, plus the
@@ -22,6 +22,7 @@ from rich.table import Table
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
 from cua_stream.cli._stack import (
+    EpisodeEnvironment,
     Steps,
     broker_and_topics,
     episode_producer,
@@ -46,9 +47,7 @@ def record_oracle(
     ] = "all",
     turns: Annotated[int, typer.Option(help="computer-1's turn limit per episode.")] = 10,
     concurrency: Annotated[int, typer.Option(help="Episodes (desktops) at once.")] = 2,
-    environment: Annotated[
-        str, typer.Option(help="local-desktop (Harbor trials on this host; root) or scripted (no desktop).")
-    ] = "local-desktop",
+    environment: EpisodeEnvironment = "local-desktop",
     model_path: Annotated[
         Path | None, typer.Option(help="The policy (saved Qwen3-VL); default: the demo's tiny model.")
     ] = None,

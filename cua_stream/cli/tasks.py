@@ -61,7 +61,7 @@ def export(
         "continuous rewards (success is raw reward >= the threshold): "
         + ", ".join(f"{n} ({thresholds[n]:g})" for n in continuous)
     )
-    out.print(f"run them: cua-stream eval --tasks '{dest}/*' ... (or by name: --tasks miniwob)")
+    out.print(f"run them: cua-stream eval run --tasks '{dest}/*' ... (or by name: --tasks miniwob)")
 
 
 def _thresholds(pairs: list[str]) -> dict[str, float]:

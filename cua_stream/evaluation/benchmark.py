@@ -1,5 +1,5 @@
 """A benchmark table: per task, each policy's success with its Wilson interval, beside the others
-(``eval --tasks miniwob``: the teacher, idle, random and the blind baseline), and the mean over a subset of
+(``eval run --tasks miniwob``: the teacher, idle, random and the blind baseline), and the mean over a subset of
 tasks (the literature's), beside the published numbers. Pure: results in, rows out.
 
 **The subset means.** Each is the mean over the subset's tasks of the per-task success rate (the papers

@@ -51,7 +51,7 @@ def evaluated_versions(reports: Iterable[EvalReport], run_id: str, of_run: str) 
 
 
 class FollowMetrics:
-    """An evaluation that follows a run, as Prometheus metrics (``eval --follow --metrics-port``): how
+    """An evaluation that follows a run, as Prometheus metrics (``eval follow --metrics-port``): how
     far behind training it is, in seconds and in versions."""
 
     def __init__(self, of_run: str) -> None:

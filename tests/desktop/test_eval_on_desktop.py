@@ -29,7 +29,7 @@ def test_eval_tells_the_oracle_from_the_idle_policy(kafka_bootstrap: str, tmp_pa
     rewards = {}
     for policy in ("oracle", "idle"):
         run = cli(
-            "eval", "--policy", policy, "--tasks", "click-test,click-button", "-k", "2", "--seeds", "1",
+            "eval", "run", "--policy", policy, "--tasks", "click-test,click-button", "-k", "2", "--seeds", "1",
             "--environment", "local-desktop", "--turns", "6", "--out", str(tmp_path / f"{policy}.json"),
             "--bootstrap", kafka_bootstrap, "--engine-port", str(free_port()), "--gateway-port",
             str(free_port()), "--policies-port", str(free_port()), env=env,
@@ -39,6 +39,6 @@ def test_eval_tells_the_oracle_from_the_idle_policy(kafka_bootstrap: str, tmp_pa
         rewards[policy] = sorted((e["task"], e["verdict"], e["reward"]) for e in episodes)
     assert rewards["oracle"] == [(t, "reward", 1.0) for t in ("click-button",) * 2 + ("click-test",) * 2]
     assert rewards["idle"] == [(t, "reward", 0.0) for t in ("click-button",) * 2 + ("click-test",) * 2]
-    compared = cli("eval", "--compare", str(tmp_path / "oracle.json"), str(tmp_path / "idle.json"), env=env)
+    compared = cli("eval", "compare", str(tmp_path / "oracle.json"), str(tmp_path / "idle.json"), env=env)
     overall = next(line for line in compared.stdout.splitlines() if "overall" in line)
     assert "[-1.00, -0.31]" in overall and "yes" in overall, compared.stdout

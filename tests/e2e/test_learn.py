@@ -114,7 +114,7 @@ def test_learn_runs_every_phase_and_writes_its_curve(tmp_path: Path) -> None:
         n: (stage[n]["successes"], 1) for n in stage
     }
     compared = subprocess.run(
-        [sys.executable, "-m", "cua_stream", "eval", "--compare", evaluations["base"]["results"],
+        [sys.executable, "-m", "cua_stream", "eval", "compare", evaluations["base"]["results"],
          evaluations["grpo"]["results"]], capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert compared.returncode == 0 and "A base vs B grpo" in compared.stdout, (

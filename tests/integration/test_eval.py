@@ -51,7 +51,7 @@ def evaluate(
     policy: str, out: Path, bootstrap: str, env: dict[str, str], *extra: str, tasks: str = TASKS
 ) -> dict:
     run = cli(
-        "eval", "--policy", policy, "--tasks", tasks, "-k", "2", "--seeds", "1", "--environment", "scripted",
+        "eval", "run", "--policy", policy, "--tasks", tasks, "-k", "2", "--seeds", "1", "--environment", "scripted",
         "--turns", "2", "--run-id", f"eval-{policy}-{uuid.uuid4().hex[:6]}", "--out", str(out),
         "--bootstrap", bootstrap, "--engine-port", str(free_port()), "--gateway-port", str(free_port()),
         "--policies-port", str(free_port()), *extra, env=env,
@@ -106,7 +106,7 @@ def test_eval_runs_the_scripted_policies_and_compares_them(kafka_bootstrap: str,
     assert round(oracle.tasks[-1].low, 2) == 0.51 and round(idle.tasks[-1].high, 2) == 0.49
     assert oracle.tasks[0].pass_at == {1: 1.0, 2: 1.0} and oracle.samples == 2 and oracle.layouts == 1
 
-    compared = cli("eval", "--compare", str(tmp_path / "oracle.json"), str(tmp_path / "idle.json"), env=env)
+    compared = cli("eval", "compare", str(tmp_path / "oracle.json"), str(tmp_path / "idle.json"), env=env)
     assert compared.returncode == 0, compared.stderr
     # B - A = -1, Newcombe's interval [-1, -1 + sqrt(2) * u] with u the upper Wilson end of 0/n:
     # overall (n = 4, u = 0.49) [-1.00, -0.31]; per task (n = 2, u = 0.66) [-1.00, -0.07]
@@ -120,6 +120,7 @@ def test_a_directory_that_is_not_a_task_is_one_clear_error(tmp_path: Path) -> No
     (tmp_path / "not-a-task").mkdir()
     run = cli(
         "eval",
+        "run",
         "--policy",
         "oracle",
         "--tasks",
@@ -179,7 +180,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
 
     def follow_args(until: int, engine_port: int = 0, gateway_port: int = 0) -> list[str]:
         return [
-            "eval", "--model-path", weights, "--follow", "train-f", "--until-version", str(until),
+            "eval", "follow", "train-f", "--model-path", weights, "--until-version", str(until),
             "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment", "scripted", "--turns", "1",
             "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap,
             "--engine-port", str(engine_port or free_port()), "--gateway-port", str(gateway_port or free_port()),
@@ -249,7 +250,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
 
     # an evaluation run again under its id (as after a kill) issues and plays none of its episodes again
     rerun = cli(
-        "eval", "--model-path", weights, "--run-id", "eval-train-f-v2", "--tasks", "click-button", "-k", "1",
+        "eval", "run", "--model-path", weights, "--run-id", "eval-train-f-v2", "--tasks", "click-button", "-k", "1",
         "--seeds", "1", "--environment", "scripted", "--turns", "1", "--out", str(tmp_path / "rerun.json"),
         "--bootstrap", kafka_bootstrap, "--engine-port", str(free_port()), "--gateway-port", str(free_port()),
         env=env,
@@ -282,7 +283,7 @@ def test_ctrl_c_stops_a_follower_waiting_for_a_version_and_its_engine_and_gatewa
     assert created.returncode == 0, created.stderr
     port, engine_port, gateway_port = free_port(), free_port(), free_port()
     command = [
-        sys.executable, "-m", "cua_stream", "eval", "--model-path", str(tiny_model_dir()), "--follow", "train-c",
+        sys.executable, "-m", "cua_stream", "eval", "follow", "train-c", "--model-path", str(tiny_model_dir()),
         "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment", "scripted", "--turns", "1",
         "--out", str(tmp_path / "follow"), "--bootstrap", kafka_bootstrap, "--engine-port", str(engine_port),
         "--gateway-port", str(gateway_port), "--metrics-port", str(port),
@@ -324,8 +325,8 @@ def test_following_on_the_runs_own_engine_starts_none_and_says_which_versions_se
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
     bus = BusConfig(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)
     weights = tiny_model_dir()
-    bad = cli("eval", "--model-path", str(weights), "--engine", "shared", env=env)
-    assert bad.returncode == 2 and "--follow" in bad.stderr, bad.stderr
+    bad = cli("eval", "follow", "train-s", "--engine", "shared", env=env)  # whose gateway?
+    assert bad.returncode == 2 and "--gateway-url: the run's gateway" in bad.stderr, bad.stderr
     assert cli("topics", "create", "--bootstrap", kafka_bootstrap, env=env).returncode == 0
 
     async def trainer_publishes(engine_url: str, gateway_url: str) -> None:  # as the run's trainer does
@@ -342,7 +343,7 @@ def test_following_on_the_runs_own_engine_starts_none_and_says_which_versions_se
                             logs=tmp_path / "run-logs") as run_serving:  # fmt: skip
         anyio.run(trainer_publishes, run_serving.engine_url, run_serving.gateway_url)
         run = cli(
-            "eval", "--follow", "train-s", "--engine", "shared", "--gateway-url", run_serving.gateway_url,
+            "eval", "follow", "train-s", "--engine", "shared", "--gateway-url", run_serving.gateway_url,
             "--until-version", "1", "--tasks", "click-button", "-k", "1", "--seeds", "1", "--environment",
             "scripted", "--turns", "1", "--out", str(tmp_path / "shared"), "--bootstrap", kafka_bootstrap, env=env,
         )  # fmt: skip

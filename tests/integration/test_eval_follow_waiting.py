@@ -1,4 +1,4 @@
-"""``eval --follow`` of a run that has published no version, on the real broker, under a topic prefix
+"""``eval follow`` of a run that has published no version, on the real broker, under a topic prefix
 given with ``--prefix`` (before: no such option on ``eval``, and the follower waited without saying
 where it looked). It says, in one line, which run's first version it waits for, on which topic, and
 which runs do have versions there; Ctrl-C stops it."""
@@ -36,7 +36,7 @@ def test_following_a_run_without_versions_says_what_it_waits_for(
     anyio.run(publish_version, bus_config, "train-other")
     env = {k: v for k, v in os.environ.items() if k != "CUA_TOPIC_PREFIX"}  # the prefix from --prefix only
     command = [
-        sys.executable, "-m", "cua_stream", "eval", "--follow", "train-missing", "--engine", "shared",
+        sys.executable, "-m", "cua_stream", "eval", "follow", "train-missing", "--engine", "shared",
         "--gateway-url", "http://127.0.0.1:9", "--environment", "scripted", "--tasks", "click-button",
         "--bootstrap", bus_config.bootstrap_servers, "--prefix", bus_config.topic_prefix,
     ]  # fmt: skip

@@ -1,7 +1,7 @@
 """Forged evaluation figures on the real broker: an ``EvalReport`` with negative counts or a rate of 1e15
 (the dashboard showed "3.33 (-10/-3)" as a success rate) is refused at decode by every reader. The
 dashboard counts it among the undecodable records instead of showing it; the readers of whole topics
-(``eval --follow``'s done versions, ``learn``'s tables) skip it."""
+(``eval follow``'s done versions, ``learn``'s tables) skip it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The MiniWoB++ benchmark table: each policy's success per task side by side with its Wilson interval, '—'
 where a policy was not measured, the means over the literature's subsets (the teacher's also over all
 the subset's tasks, the ones it does not play counted as failures), runs of one policy merged, and
-``eval --table`` building it from saved results without running anything; the blind baseline's fixed
+``eval table`` building it from saved results without running anything; the blind baseline's fixed
 click is the point hit on the most layouts."""
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def test_eval_table_prints_and_saves_the_table_from_saved_results(tmp_path: Path
         tmp_path / "r.json", run("random", {"miniwob/click-test": [0] * 5, "miniwob/enter-text": [0] * 5})
     )
     done = subprocess.run(
-        [sys.executable, "-m", "cua_stream", "eval", "--table", str(tmp_path / "t.json"), "--table",
+        [sys.executable, "-m", "cua_stream", "eval", "table", str(tmp_path / "t.json"),
          str(tmp_path / "r.json"), "--out", str(tmp_path / "bench.json")],
         capture_output=True, text=True, timeout=120, env=os.environ | {"COLUMNS": "250"},
     )  # fmt: skip

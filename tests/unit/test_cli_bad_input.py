@@ -1,6 +1,6 @@
 """Bad input at the CLI is refused at start, before any work, in one line naming the option, exit code 2:
-where results go (``eval --out``, ``export-metrics --to``, ``containers secure-env --dir``), the bounds of
-``eval --until-version`` and ``inspect --max-seq-len``. Each command runs as a real subprocess; none
+where results go (``eval run --out``, ``export-metrics --to``, ``containers secure-env --dir``), the bounds of
+``eval follow --until-version`` and ``inspect --max-seq-len``. Each command runs as a real subprocess; none
 reaches a broker (the bootstrap given, 127.0.0.1:1, would answer nothing)."""
 
 from __future__ import annotations
@@ -55,13 +55,13 @@ def test_an_output_under_a_directory_this_user_cannot_write_is_refused(tmp_path:
 
 def test_eval_refuses_an_out_it_could_not_write_before_any_episode(tmp_path: Path) -> None:
     # before: a directory ran every episode, then a traceback, and nothing was published
-    code, said = cli("eval", "--policy", "oracle", "--out", str(tmp_path), *NO_BROKER)
+    code, said = cli("eval", "run", "--policy", "oracle", "--out", str(tmp_path), *NO_BROKER)
     assert (
         code == 2 and "Invalid value for --out" in said and f"{tmp_path} is a directory, not a file" in said
     )
     # before: the missing directories were made
     code, said = cli(
-        "eval", "--policy", "oracle", "--out", str(tmp_path / "no" / "such" / "x.json"), *NO_BROKER
+        "eval", "run", "--policy", "oracle", "--out", str(tmp_path / "no" / "such" / "x.json"), *NO_BROKER
     )
     assert code == 2 and f"--out: {tmp_path / 'no' / 'such'} does not exist" in said, said
     assert not (tmp_path / "no").exists()
@@ -70,23 +70,62 @@ def test_eval_refuses_an_out_it_could_not_write_before_any_episode(tmp_path: Pat
     model.mkdir()
     (model / "config.json").write_text("{}")
     (tmp_path / "f.json").write_text("{}")
-    code, said = cli("eval", "--follow", "train-1", "--model-path", str(model), "--out", str(tmp_path / "f.json"),
+    code, said = cli("eval", "follow", "train-1", "--model-path", str(model), "--out", str(tmp_path / "f.json"),
                      *NO_BROKER)  # fmt: skip
     assert code == 2 and "--out" in said and "f.json is a file, not a directory" in said, said
 
 
 def test_eval_names_the_option_out_of_range() -> None:
-    code, said = cli("eval", "--policy", "oracle", "--until-version", "-5", *NO_BROKER)
+    code, said = cli("eval", "follow", "train-1", "--until-version", "-5", *NO_BROKER)
     assert code == 2 and "Invalid value for --until-version: at least 0" in said and "--every" not in said, (
         said
     )
-    code, said = cli("eval", "--policy", "oracle", "--every", "0", *NO_BROKER)
+    code, said = cli("eval", "follow", "train-1", "--every", "0", *NO_BROKER)
     assert code == 2 and "Invalid value for --every: at least 1" in said, said
 
 
 def test_eval_takes_the_common_prefix_option() -> None:
-    code, said = cli("eval", "--help")
-    assert code == 0 and "--prefix" in said and "CUA_TOPIC_PREFIX" in said
+    for command in ("run", "follow"):
+        code, said = cli("eval", command, "--help")
+        assert code == 0 and "--prefix" in said and "CUA_TOPIC_PREFIX" in said
+
+
+def test_the_old_spellings_of_eval_run_their_subcommand_and_name_the_new_one(tmp_path: Path) -> None:
+    code, said = cli("eval", "--policy", "oracle", "--out", str(tmp_path), *NO_BROKER)
+    assert code == 2 and f"{tmp_path} is a directory, not a file" in said, said
+    assert (
+        f"note: an old spelling, which still runs; now: python -m cua_stream eval run --policy oracle --out {tmp_path}"
+        in said
+    )
+    code, said = cli("eval", "--until-version", "-5", "--follow", "train-1", *NO_BROKER)
+    assert code == 2 and "Invalid value for --until-version: at least 0" in said, said
+    assert (
+        "now: python -m cua_stream eval follow train-1 --until-version -5 --bootstrap 127.0.0.1:1" in said
+    ), said
+    results = EvalResults(run_id="eval-1", policy="oracle", environment="scripted", samples=1, seeds=[],
+                          tasks=[], created_at=0.0, episodes=[])  # fmt: skip
+    for name in ("a.json", "b.json"):
+        files.save(tmp_path / name, results)
+    code, said = cli("eval", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert (
+        code == 0 and "A oracle vs B oracle" in said and "now: python -m cua_stream eval compare" in said
+    ), said
+    code, said = cli("eval", "--table", str(tmp_path / "a.json"), "--table=" + str(tmp_path / "b.json"))
+    assert code == 0 and "Table written to" in said, said
+    assert f"now: python -m cua_stream eval table {tmp_path / 'a.json'} {tmp_path / 'b.json'}" in said, said
+
+
+def test_a_bad_option_in_either_spelling_of_eval_is_one_line_and_exit_2() -> None:
+    for args in (("eval", "run", "--polcy", "oracle"), ("eval", "--polcy", "oracle")):
+        code, said = cli(*args)
+        assert code == 2 and "error: python -m cua_stream eval run: No such option: --polcy" in said, said
+        assert "╭" not in said and "Usage:" not in said, said  # not click's boxed usage screen
+    code, said = cli("eval", "--follow")
+    assert (
+        code == 2 and "error: python -m cua_stream eval: Option '--follow' requires an argument." in said
+    ), said
+    code, said = cli("eval", "--compare", "a.json")
+    assert code == 2 and "Option '--compare' requires 2 arguments." in said, said
 
 
 def test_a_results_file_that_cannot_be_written_is_named(tmp_path: Path) -> None:

@@ -24,9 +24,13 @@ from cua_stream.docs_reference import commands
 from cua_stream.learn import LearnPlan
 
 HAND_WRITTEN = {
-    "eval --model-path": "the demo's tiny model: no config field",
-    "eval --run-id": "a time-stamped id made by the command",
-    "eval --out": "a path made from the state directory and the run id",
+    "eval run --model-path": "the demo's tiny model: no config field",
+    "eval run --run-id": "a time-stamped id made by the command",
+    "eval run --out": "a path made from the state directory and the run id",
+    "eval follow --model-path": "the demo's tiny model: no config field",
+    "eval follow --run-id": "made from the followed run's id",
+    "eval follow --out": "a path made from the state directory and the run id",
+    "eval table --out": "a path made from the first results file",
     "learn --demo-tasks": "another option's value",
     "record-oracle --model-path": "the demo's tiny model: no config field",
     "record-oracle --run-id": "a time-stamped id made by the command",

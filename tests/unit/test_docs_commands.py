@@ -63,10 +63,10 @@ def test_every_command_has_an_example_that_parses(root: Any) -> None:
 
 def test_the_help_keeps_the_example(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {**os.environ, "COLUMNS": "200", "TERM": "dumb"}
-    done = subprocess.run([sys.executable, "-m", "cua_stream", "eval", "--help"],
+    done = subprocess.run([sys.executable, "-m", "cua_stream", "eval", "run", "--help"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "Example: cua-stream eval --policy oracle --tasks click-button" in done.stdout
+    assert "Example: cua-stream eval run --policy oracle --tasks click-button" in done.stdout
 
 
 def test_the_tests_said_to_run_a_command_name_it() -> None:
@@ -102,7 +102,7 @@ cua-stream tap turns --json          # fine
 cua-stream tap turns --jsn
 cua-stream tapp turns
 bash scripts/nowhere.sh
-cua-stream eval --seeds 2 \\
+cua-stream eval run --seeds 2 \\
   --seeds
 ```
 
@@ -137,10 +137,23 @@ def test_a_bad_option_an_unknown_command_and_a_missing_script_fail_naming_file_a
     assert mutants[5].startswith("docs/how-to/page.md:5: cua-stream tap: No such option: --jsn")
     assert mutants[6] == "docs/how-to/page.md:6: unknown command 'cua-stream tapp'"
     assert mutants[7] == "docs/how-to/page.md:7: scripts/nowhere.sh does not exist"
-    assert mutants[8].startswith("docs/how-to/page.md:8: cua-stream eval:") and "--seeds" in mutants[8]
+    assert mutants[8].startswith("docs/how-to/page.md:8: cua-stream eval run:") and "--seeds" in mutants[8]
     assert mutants[14].startswith(
         "docs/how-to/page.md:14: cua-stream broker start: Invalid value for '--port'"
     )  # a block that needs a GPU is parsed still
+
+
+def test_an_old_spelling_on_a_page_is_a_problem_naming_the_new_one(tmp_path: Path, root: Any) -> None:
+    """``eval --follow RUN`` still runs (``cli._eval_spellings``), but a page teaches the subcommand."""
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```sh\ncua-stream eval --follow r1 --every 2\ncua-stream eval follow r1 --every 2\n```\n"
+    )
+    old, new = page_commands(page, "docs/how-to/page.md")
+    assert check(old, root, ROOT) == (
+        "docs/how-to/page.md:2: cua-stream eval: an old spelling; write cua-stream eval follow r1 --every 2"
+    )
+    assert check(new, root, ROOT) is None
 
 
 def test_how_each_command_is_checked() -> None:

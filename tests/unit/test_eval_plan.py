@@ -126,7 +126,8 @@ def test_an_evaluations_run_id_is_one_no_trainer_takes() -> None:
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "cua_stream", "eval", "--policy", "oracle", "--run-id", "train-7"],
+    res = subprocess.run([sys.executable, "-m", "cua_stream", "eval", "run", "--policy", "oracle", "--run-id",
+                          "train-7"],
                          capture_output=True, text=True, timeout=120, env=os.environ | {"COLUMNS": "200"})  # fmt: skip
     said = " ".join((res.stdout + res.stderr).replace("│", " ").split())
     assert res.returncode == 2 and "--run-id" in said and "starts with 'eval-'" in said, said

@@ -307,7 +307,7 @@ def cli(*args: str) -> tuple[int, str]:
 
 def test_a_bad_task_name_is_one_line_with_the_closest_names_and_exit_2() -> None:
     code, said = cli(
-        "eval", "--tasks", "miniwob/clik-test", "--policy", "nothing", "--bootstrap", "127.0.0.1:1"
+        "eval", "run", "--tasks", "miniwob/clik-test", "--policy", "nothing", "--bootstrap", "127.0.0.1:1"
     )
     assert code == 2 and "Invalid value for --tasks: miniwob/clik-test is not a MiniWoB++ task" in said
     assert "closest: miniwob/click-test, miniwob/click-test-2" in said
@@ -321,7 +321,7 @@ def test_a_bad_task_name_is_one_line_with_the_closest_names_and_exit_2() -> None
     code, said = cli("record-oracle", "--tasks", "miniwob/choose-date*")
     assert code == 2 and "the scripted policy oracle does not play miniwob/choose-date, " in said
     code, said = cli(
-        "eval", "--tasks", "miniwob/drag-shapes", "--policy", "oracle", "--bootstrap", "127.0.0.1:1"
+        "eval", "run", "--tasks", "miniwob/drag-shapes", "--policy", "oracle", "--bootstrap", "127.0.0.1:1"
     )
     assert code == 2 and "the scripted policy oracle does not play miniwob/drag-shapes" in said
     code, said = cli("tasks", "export", "webshop", "/tmp")

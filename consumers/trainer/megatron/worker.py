@@ -138,15 +138,24 @@ def packed_logprobs(model: Any, items: list[dict[str, Any]], temperature: float 
 
 
 def load_policy_loss() -> Any:
-    """The project's loss module from its file (it imports torch only), not a copy: one definition."""
-    import importlib.util
+    """The project's loss module from its file, not a copy: one definition. It imports torch and its
+    settings' module (``loss_config.py``, the standard library only), which is loaded first, from its file,
+    under the name the loss imports it by: this venv has no cua-stream, and the directory cua-stream is
+    installed in holds cua-stream's own transformers, so neither is put on the path."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "loss.py"  # consumers/trainer/loss.py
-    spec = importlib.util.spec_from_file_location("cua_trainer_loss", path)
+    trainer = Path(__file__).resolve().parents[1]  # consumers/trainer/
+    _module_from_file("consumers.trainer.loss_config", trainer / "loss_config.py")
+    return _module_from_file("cua_trainer_loss", trainer / "loss.py")
+
+
+def _module_from_file(name: str, path: Any) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
 

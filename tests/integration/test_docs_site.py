@@ -43,15 +43,23 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-async def h1(page: Page) -> str:
-    async def shown() -> bool:
-        return bool(
-            await page.evaluate("document.readyState === 'complete' && !!document.querySelector('h1')")
-        )
+H1 = "document.readyState === 'complete' && document.querySelector('article h1, h1')?.textContent"
 
-    with anyio.fail_after(30):
-        await wait_until(shown, poll_s=0.2)
-    return str(await page.evaluate("document.querySelector('article h1, h1').textContent")).strip(" ¶")
+
+async def shows(page: Page, title: str) -> None:
+    """Waits until the page's h1 is ``title``: a click or a navigation lands when it lands, and until then
+    the page before it is still shown, complete, with its own h1."""
+
+    async def shown() -> bool:
+        return str(await page.evaluate(H1)).strip(" ¶") == title
+
+    try:
+        with anyio.fail_after(30):
+            await wait_until(shown, poll_s=0.2)
+    except TimeoutError:
+        raise AssertionError(
+            f"the page's h1 is {await page.evaluate(H1)!r} after 30 s, not {title!r}"
+        ) from None
 
 
 async def click(page: Page, selector: str) -> None:
@@ -69,13 +77,13 @@ async def click(page: Page, selector: str) -> None:
 @pytest.mark.anyio
 async def test_the_site_renders_navigates_and_searches(site: str) -> None:
     async with chromium(f"{site}/", size=(1280, 900)) as page:
-        assert await h1(page) == "cua-stream"
+        await shows(page, "cua-stream")
         await click(page, "nav a[href$='tutorials/harbor-tasks/']")
-        assert await h1(page) == "Training on your own Harbor tasks"
+        await shows(page, "Training on your own Harbor tasks")
         assert str(await page.evaluate("location.pathname")).endswith("/tutorials/harbor-tasks/")
 
         await page.navigate(f"{site}/reference/cli/")
-        assert await h1(page) == "CLI reference"
+        await shows(page, "CLI reference")
         assert await page.evaluate("document.querySelectorAll('table').length") > 20
 
         await click(page, "label.md-search__icon, label[for='__search']")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import anyio
@@ -17,6 +16,7 @@ import typer
 
 from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
 from cua_stream.cli._defaults import plan_option
+from cua_stream.cli._learn_grpo import grpo_deadline, own_bound, sampling_said, train, update_said
 from cua_stream.cli._learn_report import curve_of, report
 from cua_stream.cli._learn_sft import Evaluations, Prober, sft, sft_end
 from cua_stream.cli._stack import (
@@ -30,17 +30,11 @@ from cua_stream.cli._stack import (
 )
 from cua_stream.config import BusConfig, state_dir
 from cua_stream.learn import LearnPlan
-from cua_stream.rollouts import rollouts, run_episodes
+from cua_stream.rollouts import run_episodes
 
 if TYPE_CHECKING:
     from cua_stream.evaluation.results import EvalResults
-    from cua_stream.events import EvalReport, TrainStep
-    from producers.config import ProducerConfig
-
-
-WRAP_UP_S = 60.0
-"""Kept from the budget for the GRPO step in progress at its end (~20-40 s) and the curve (~10 s), so
-the whole command ends within ``--budget-minutes``."""
+    from cua_stream.events import EvalReport
 
 
 @friendly_errors
@@ -332,10 +326,10 @@ def learn(
         deadline = grpo_deadline(plan, started, t0, eval_s)
         step(
             f"GRPO from the SFT weights: up to {plan.steps} steps of {plan.groups_per_step} x {plan.group_size} "
-            f"episodes on new layouts (sampling {_sampling(plan)}; {_update(plan)}), ending within "
-            f"{plan.budget_minutes:g} min of the start" + _own_bound(plan)
+            f"episodes on new layouts (sampling {sampling_said(plan)}; {update_said(plan)}), ending within "
+            f"{plan.budget_minutes:g} min of the start" + own_bound(plan)
         )
-        trained = anyio.run(_grpo, plan, producer, sft_model, s.engine_url, f"{run}-grpo", home, deadline)
+        trained = anyio.run(train, plan, producer, sft_model, s.engine_url, f"{run}-grpo", home, deadline)
         timings["GRPO"] = time.monotonic() - t0
         step(f"evaluating the GRPO policy ({plan.eval_episodes} held-out layouts per task)")
         t0 = time.monotonic()
@@ -349,20 +343,6 @@ def learn(
     report(
         plan, curve, blind, evaluated, trained, timings, prober.history, home, run, time.monotonic() - started
     )
-
-
-def grpo_deadline(plan: LearnPlan, started: float, grpo_started: float, eval_s: float) -> float:
-    """When GRPO stops taking steps: the step in progress then still finishes, then the GRPO policy's
-    evaluation (as long as the SFT policy's took) and the curve, so room is kept for them; with
-    ``plan.grpo_minutes``, also that long after GRPO's start (less the room for its last step)."""
-    deadline = started + plan.budget_minutes * 60 - WRAP_UP_S - eval_s
-    if plan.grpo_minutes is not None:
-        deadline = min(deadline, grpo_started + plan.grpo_minutes * 60 - WRAP_UP_S)
-    return deadline
-
-
-def _own_bound(plan: LearnPlan) -> str:
-    return "" if plan.grpo_minutes is None else f" and {plan.grpo_minutes:g} min of its own"
 
 
 def _blind(plan: LearnPlan, run: str, bus: BusConfig) -> EvalReport:
@@ -385,28 +365,6 @@ def _blind(plan: LearnPlan, run: str, bus: BusConfig) -> EvalReport:
     return blind
 
 
-def _sampling(plan: LearnPlan) -> str:
-    said = f"at temperature {plan.temperature:g}"
-    if plan.top_k != -1:
-        said += f", top_k {plan.top_k}"
-    if plan.min_p:
-        said += f", min_p {plan.min_p:g}"
-    return said
-
-
-def _update(plan: LearnPlan) -> str:
-    said = f"lr {plan.lr:g}"
-    if plan.lr_warmup_steps:
-        said += f" (ramped up over the first {plan.lr_warmup_steps} steps)"
-    if plan.negative_scale == 0:
-        said += ", the episodes above their group's mean reinforced, the others not pushed down"
-    elif plan.negative_scale != 1:
-        said += f", negative advantages x {plan.negative_scale:g}"
-    if plan.kl_coef:
-        said += f", KL {plan.kl_coef:g} to the SFT weights"
-    return said
-
-
 def _pct(values: dict[str, float]) -> str:
     return ", ".join(f"{t} {v:.0%}" for t, v in values.items()) or "none"
 
@@ -423,37 +381,6 @@ def _rates(results: EvalResults) -> str:
         )
         or "none"
     )
-
-
-async def _grpo(
-    plan: LearnPlan, producer: ProducerConfig, model: Path, engine_url: str, run_id: str, home: Path,
-    deadline: float,
-) -> list[TrainStep]:  # fmt: skip
-    from consumers.trainer.config import TrainerConfig
-    from consumers.trainer.daemon import Trainer
-    from consumers.trainer.step_record import describe_step
-
-    config = TrainerConfig(
-        run_id=run_id, model_path=str(model), engine_url=engine_url, gateway_url=producer.gateway_url,
-        bus=producer.bus, checkpoint_dir=str(home / "trainer"), **plan.trainer_settings(),
-    )  # fmt: skip
-    steps: list[TrainStep] = []
-
-    def on_step(event: TrainStep) -> None:
-        steps.append(event)
-        out.print(f"    step {event.step}: {describe_step(event)}")
-
-    stop_trainer = anyio.Event()
-    async with rollouts(producer) as running:
-
-        async def budget() -> None:
-            await anyio.sleep(max(0.0, deadline - time.monotonic()))
-            out.print("    the time budget is spent: stopping after the step in progress")
-            stop_trainer.set()
-
-        running.task_group.start_soon(budget)
-        await Trainer(config, on_step=on_step).run(stop=stop_trainer)
-    return steps
 
 
 OPTION_OF = {"demo_seeds": "--demos"}

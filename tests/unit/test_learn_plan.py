@@ -178,7 +178,7 @@ def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says
 
 
 def test_grpo_stops_at_the_runs_budget_or_its_own_whichever_comes_first() -> None:
-    from cua_stream.cli.learn import WRAP_UP_S, grpo_deadline
+    from cua_stream.cli._learn_grpo import WRAP_UP_S, grpo_deadline
 
     # the run started at 0; SFT and its evaluation (100 s) ended at 3000 s; a 90-minute budget
     whole = 90 * 60 - WRAP_UP_S - 100

@@ -120,7 +120,7 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
     model = tiny_model_dir()
     renderer = Renderer.from_pretrained(str(model))

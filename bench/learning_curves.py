@@ -1,6 +1,6 @@
 """Several `cua-stream learn` runs side by side, against issue O's goal: per run its GRPO curve's first
 ``window`` steps against its last, how often a shuffled order of the same steps rises as much
-(``cua_stream.learn_trend``), the slope, the thirds, and held-out success beside the blind baseline;
+(``cua_stream.app.learn.trend``), the slope, the thirds, and held-out success beside the blind baseline;
 then the runs pooled (each run's steps shuffled within the run, the rises summed).
 
     .venv/bin/python bench/learning_curves.py RUN [RUN ...] [--window 3] [--goal 0.2] [--minutes 60]
@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cua_stream.learn_trend import SHUFFLES, rise, trend
+from cua_stream.app.learn.trend import SHUFFLES, rise, trend
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ times slower: a few long tasks among many short ones, as computer-use has), an e
 takes ``engine.step_latency_s`` whatever its batch (as a GPU's does) and a trainer whose step takes
 ``trainer.min_step_s`` (a fixed step time).
 
-Columns per configuration (``cua_stream.chaos.speed``): wall to N steps (from the first work request to
+Columns per configuration (``cua_stream.app.chaos.speed``): wall to N steps (from the first work request to
 the N-th step's end) and its speed-up over sync; the engine's busy share of that wall (decode rounds,
 from its ``/debug/scheduler``); the trainer's idle share (no batch to train: the steps' ``wait_s``) and
 its training share; the trained tokens per staleness; the weight push's wall and the engine work it
@@ -38,13 +38,13 @@ import anyio
 import httpx
 import yaml
 
+from cua_stream.app.chaos import loop
+from cua_stream.app.chaos.config import ChaosConfig
+from cua_stream.app.chaos.speed import SYNC, EngineSample, LoopSpeed, goals, mean, summarise
 from cua_stream.auth import bearer_headers
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.reader import scan
-from cua_stream.chaos import loop
-from cua_stream.chaos.config import ChaosConfig
-from cua_stream.chaos.speed import SYNC, EngineSample, LoopSpeed, goals, mean, summarise
 from cua_stream.config import BusConfig
 from cua_stream.events import TrainStep, WorkRequest
 from cua_stream.topics import TRAIN_STEPS, WORK
@@ -180,7 +180,7 @@ def report(rows: dict[str, LoopSpeed | str], args: argparse.Namespace) -> None:
 
 async def main() -> None:
     args = parse()
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
     model = await anyio.to_thread.run_sync(tiny_model_dir)
     rows: dict[str, LoopSpeed | str] = {}

@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import anyio
 
 from consumers.trainer.feeder import work_for_group
+from cua_stream.app.demo import TEMPERATURE, tiny_model_dir
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
-from cua_stream.demo import TEMPERATURE, tiny_model_dir
 from cua_stream.events import CallRecord
 from cua_stream.procs import child
 from cua_stream.tasks import TASKS

@@ -1,6 +1,6 @@
 """Configuration: how every daemon's frozen config is loaded (file < environment < flags), validated at
 start with the field named in every error; ``BusConfig`` (the ``[bus]`` section) and the section names.
-Each daemon's own config struct lives with the daemon (``cua_stream.launch.CONFIG_SECTIONS`` lists them).
+Each daemon's own config struct lives with the daemon (``cua_stream.app.launch.CONFIG_SECTIONS`` lists them).
 
 This is the only module that reads ``os.environ``. Config files (TOML or YAML) refuse unknown keys, so a
 typo fails at start instead of being silently ignored. Environment variables override file values;
@@ -54,7 +54,7 @@ SECTIONS: Mapping[str, str] = MappingProxyType(
         "scorer": "consumers.scorer.config:ScorerConfig",
         "trainer": "consumers.trainer.config:TrainerConfig",
         "sft": "consumers.trainer.sft:SftConfig",
-        "chaos": "cua_stream.chaos.config:ChaosConfig",
+        "chaos": "cua_stream.app.chaos.config:ChaosConfig",
         "dashboard": "consumers.dashboard.config:DashboardConfig",
     }
 )

@@ -137,7 +137,7 @@ def option_rows(command: Any) -> Iterator[tuple[str, str, str, str]]:
         )
         if getattr(p, "required", False):
             default = "required"
-        elif isinstance(p.show_default, str):  # a config field's (cua_stream.cli._defaults)
+        elif isinstance(p.show_default, str):  # a config field's (cua_stream.cli.defaults)
             default = p.show_default.replace(HOME, "~")
         elif p.default is None or p.default == () or p.default == []:
             default = ""

@@ -95,7 +95,7 @@ if [ "$trainer" = megatron ]; then  # megatron-bridge pins its own transformers:
 fi
 
 # 4. the tiny Qwen3-VL (random weights, the real vocabulary; no hub)
-model=$(.venv/bin/python -c 'from cua_stream.demo import tiny_model_dir; print(tiny_model_dir())' 2>"$home/logs/model.log") \
+model=$(.venv/bin/python -c 'from cua_stream.app.demo import tiny_model_dir; print(tiny_model_dir())' 2>"$home/logs/model.log") \
   || fail "4/7 building the tiny model (see $home/logs/model.log)"
 say "4/7 tiny model: $model"
 

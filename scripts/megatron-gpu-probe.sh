@@ -31,7 +31,7 @@ case "${1:-}" in
       manylinux2014_x86_64; do platforms+=(--platform "$p"); done
     .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       "${platforms[@]}" -d .whl "${wheels[@]}"
-    model=$(.venv/bin/python -c 'from cua_stream.demo import tiny_model_dir; print(tiny_model_dir())')
+    model=$(.venv/bin/python -c 'from cua_stream.app.demo import tiny_model_dir; print(tiny_model_dir())')
     find "$model" -maxdepth 1 -type f ! -name '*.safetensors' -exec cp {} .gpu/tiny-files/ \;
     echo "packed: $(du -sh .whl | cut -f1) of wheels, $(du -sh .gpu | cut -f1) of model files (the weights are made there)"
     ;;

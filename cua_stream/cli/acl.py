@@ -12,7 +12,7 @@ from rich.table import Table
 from cua_stream.broker import BrokerConfig, LocalBroker
 from cua_stream.bus.acl import acls
 from cua_stream.bus.admin import TopicAdmin
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
 from cua_stream.config import BusConfig, build, bus_config
 
 app = typer.Typer(

@@ -9,8 +9,8 @@ import typer
 from rich.console import Console
 
 from cua_stream.broker import BrokerConfig, LocalBroker
-from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli.defaults import field_option
 from cua_stream.config import build
 
 app = typer.Typer(

@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli.defaults import field_option
 
 if TYPE_CHECKING:
-    from cua_stream.chaos.report import ChaosReport
+    from cua_stream.app.chaos.report import ChaosReport
 
 out = Console(highlight=False)
 
@@ -87,10 +87,10 @@ def chaos(
     Example: cua-stream chaos --faults 30 --every 3 --steps 12 --seed 2"""
     import anyio
 
-    from cua_stream.chaos.config import ChaosConfig
-    from cua_stream.chaos.fault_schedule import kind
-    from cua_stream.chaos.invariants import totals
-    from cua_stream.chaos.runner import Chaos
+    from cua_stream.app.chaos.config import ChaosConfig
+    from cua_stream.app.chaos.fault_schedule import kind
+    from cua_stream.app.chaos.invariants import totals
+    from cua_stream.app.chaos.runner import Chaos
     from cua_stream.config import build
 
     cfg = build(
@@ -163,8 +163,8 @@ def chaos(
 
 
 def _resources(report: ChaosReport) -> None:
-    from cua_stream.chaos.resource_usage import plot
-    from cua_stream.chaos.soak import memory_growth, spreads
+    from cua_stream.app.chaos.resource_usage import plot
+    from cua_stream.app.chaos.soak import memory_growth, spreads
 
     table = Table("daemon", "memory early (MB)", "late (MB)", "peak (MB)", "bounded", "loop lag p50 / p99 / max (ms)",
                   title="resources (early: 2nd quarter median, late: last quarter median)")  # fmt: skip

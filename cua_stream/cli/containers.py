@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from cua_stream.cli._common import friendly_errors, output_problem
+from cua_stream.cli.common import friendly_errors, output_problem
 from cua_stream.errors import ContainerEngineError
 
 app = typer.Typer(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import Annotated
 
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file
+from cua_stream.cli.defaults import field_option
 
 
 @friendly_errors

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli.defaults import field_option
 
 
 @friendly_errors

@@ -14,21 +14,21 @@ apart; ``eval table F...`` puts results files side by side. The spellings before
 from __future__ import annotations
 
 import time
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Annotated
 
-import anyio
 import typer
 
-from cua_stream.cli._common import ConfigFile, Prefix, friendly_errors
-from cua_stream.cli._eval_follow import follow
-from cua_stream.cli._eval_report import comparison_table
-from cua_stream.cli._eval_setup import (
+from cua_stream.app.evaluate.benchmark_table import BLIND, load_runs, scripted_policies, show_table
+from cua_stream.app.evaluate.results_table import comparison_table
+from cua_stream.app.evaluate.run import console, evaluate_blind, evaluate_policies
+from cua_stream.cli._eval_spellings import EvalGroup
+from cua_stream.cli.common import ConfigFile, EpisodeEnvironment, Prefix, friendly_errors, load_file
+from cua_stream.cli.eval_follow import follow
+from cua_stream.cli.eval_options import (
     Broker,
     Concurrency,
     EnginePort,
-    Evaluating,
     FirstSeed,
     GatewayPort,
     MaxNewTokens,
@@ -41,23 +41,7 @@ from cua_stream.cli._eval_setup import (
     check_out,
     check_run_id,
     checked_plan,
-    console,
-    evaluate_once,
-    evaluating_line,
-    producer_on_bus,
 )
-from cua_stream.cli._eval_spellings import EvalGroup
-from cua_stream.cli._eval_table import (
-    BLIND,
-    evaluate_each,
-    load_runs,
-    measure_blind,
-    scripted_policies,
-    show_table,
-)
-from cua_stream.cli._stack import EpisodeEnvironment, engine_and_gateway, out, teacher_stack
-from cua_stream.config import state_dir
-from cua_stream.evaluate import Evaluation
 from cua_stream.evaluation import results as files
 from cua_stream.identity import EVAL_RUN_PREFIX
 
@@ -112,55 +96,18 @@ def run(
     success (95 % Wilson interval), pass@k, reward, turns and time per task; write the episodes as JSON.
 
     Example: cua-stream eval run --policy oracle --tasks click-button --environment scripted --seeds 2"""
-    from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, sampling_of
-    from cua_stream.demo import tiny_model_dir
-
     plan = checked_plan(tasks, samples, seeds, first_seed, policy, model_path)
     policies = scripted_policies(plan, policy, model_path, False)
-    tabled = len(policies) > 1 or policies == [BLIND]
     if policies == [BLIND]:  # no episode to run: the shadow pages only
-        stem = out_file.with_suffix("") if out_file else state_dir() / "eval" / (run_id or "eval-blind")
-        show_table(console(), {BLIND: measure_blind(plan, run_id or "eval-blind", stem)}, success_at, stem)
+        evaluate_blind(plan, run_id or "eval-blind", out_file, success_at)
         return
-    policy = ",".join(p for p in policies if p != BLIND)
     check_out(out_file, directory=False)
     run = check_run_id(run_id or f"{EVAL_RUN_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}")
-    producer, step = producer_on_bus(config, bootstrap, prefix, concurrency=concurrency, turns=turns,
-                                     environment=environment, gateway_port=gateway_port)  # fmt: skip
-    step("the policy")
-    model = model_path or tiny_model_dir()
-    out.print(f"    {policy or model}" + (f" (forced replies scored by {model})" if policy else ""))
-    logs = state_dir() / "eval-logs"
-    stack: AbstractContextManager[object]
-    if policy:
-        step(f"starting the scripted policies, the engine and the gateway (logs in {logs})")
-        stack = teacher_stack(model, producer.bus, engine_port=engine_port, gateway_port=gateway_port,
-                              policies_port=policies_port, logs=logs)  # fmt: skip
-        sampling = dict(DEMONSTRATION_SAMPLING, max_new_tokens=max_new_tokens)
-    else:
-        step(f"starting the engine and the gateway (logs in {logs})")
-        stack = engine_and_gateway(model, producer.bus, engine_port=engine_port, gateway_port=gateway_port,
-                                   logs=logs)  # fmt: skip
-        sampling = sampling_of(temperature, max_new_tokens)
-    ev = Evaluation(plan=plan, producer=producer, sampling=sampling, teacher=policy or None)
-    if tabled:
-        stem = out_file.with_suffix("") if out_file else state_dir() / "eval" / run
-
-        async def one(ev: Evaluation, run_id: str, path: Path) -> None:
-            await evaluate_once(Evaluating(ev=ev, label=str(ev.teacher), success_at=success_at, out=path),
-                                run_id, None)  # fmt: skip
-
-        with stack:
-            runs = anyio.run(evaluate_each, one, ev, run, policy.split(","), stem)
-        if BLIND in policies:
-            runs[BLIND] = measure_blind(plan, f"{run}-blind", stem)
-        show_table(console(), runs, success_at, stem)
-        return
-    ctx = Evaluating(ev=ev, label=policy or str(model), success_at=success_at,
-                     out=out_file or state_dir() / "eval" / f"{run}.json")  # fmt: skip
-    with stack:
-        step(evaluating_line(plan, concurrency, turns))
-        anyio.run(evaluate_once, ctx, run, None)
+    evaluate_policies(plan, policies, run, model_path=model_path, out_file=out_file, file_data=load_file(config),
+                      bootstrap=bootstrap, prefix=prefix, environment=environment, turns=turns,
+                      temperature=temperature, max_new_tokens=max_new_tokens, success_at=success_at,
+                      concurrency=concurrency, engine_port=engine_port, gateway_port=gateway_port,
+                      policies_port=policies_port)  # fmt: skip
 
 
 app.command("follow")(follow)

@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from cua_stream.bus.reader import scan
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
 from cua_stream.config import BusConfig
 from cua_stream.events import Event, GroupDropped, TrainStep
 from cua_stream.metrics_sinks import SinkSpec

@@ -28,10 +28,10 @@ from consumers.trainer.inspect_render import (
     step_document,
     step_text,
 )
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
-from cua_stream.cli._defaults import field_option
-from cua_stream.cli._inspect_recompute import RecomputeRules
-from cua_stream.cli._inspect_recompute import recompute as recompute_step
+from cua_stream.app.recompute import RecomputeRules
+from cua_stream.app.recompute import recompute as recompute_step
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli.defaults import field_option
 from cua_stream.config import build, require_model_dir
 from cua_stream.events import CallRecord, ScoreEvent
 

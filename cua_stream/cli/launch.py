@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from cua_stream.cli._common import ConfigFile, friendly_errors, load_file
+from cua_stream.cli.common import ConfigFile, friendly_errors, load_file
 
 
 @friendly_errors
@@ -33,7 +33,7 @@ def launch(
     import msgspec
     import yaml
 
-    from cua_stream.launch import preset, redacted, resolve
+    from cua_stream.app.launch import preset, redacted, resolve
 
     resolved = redacted(
         msgspec.to_builtins(resolve(preset(preset_name), load_file(config), model_path=model_path))

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from cua_stream.cli._common import friendly_errors
+from cua_stream.cli.common import friendly_errors
 
 
 @friendly_errors

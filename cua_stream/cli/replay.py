@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 
 from cua_stream.bus.reader import Bound
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
 from cua_stream.replay import replay_to_file, replay_to_prefix
 
 out = Console(highlight=False)

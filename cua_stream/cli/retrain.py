@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, set_log_level
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, set_log_level
 
 if TYPE_CHECKING:
     from consumers.trainer.retrain import RetrainPlan

@@ -13,7 +13,7 @@ import typer
 
 from consumers.trainer.compare import COMPARED, Series, compare, document, figure, header_lines, render, table
 from consumers.trainer.rerun import RecordedRun, parse_steps, read_recorded
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
 from cua_stream.config import BusConfig
 
 app = typer.Typer(

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, set_log_level
+from cua_stream.cli.defaults import field_option
 
 
 @friendly_errors

@@ -9,8 +9,8 @@ import anyio
 import typer
 from rich.console import Console
 
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
+from cua_stream.cli.defaults import field_option
 
 out = Console(highlight=False)
 

@@ -10,7 +10,7 @@ import anyio
 import typer
 from rich.console import Console
 
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
 from cua_stream.tap import Filter, follow
 from cua_stream.topics import ALL
 

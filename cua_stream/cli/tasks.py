@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cua_stream.cli._common import friendly_errors
+from cua_stream.cli.common import friendly_errors
 
 app = typer.Typer(
     help="Task suites as Harbor computer-1 task directories.\n\n"
@@ -36,7 +36,7 @@ def export(
     with its reason, and the tasks whose reward is continuous (give those a --task-threshold).
 
     Example: cua-stream tasks export miniwob my-miniwob --task-threshold circle-center=0.8"""
-    from cua_stream.cli._common import output_problem
+    from cua_stream.cli.common import output_problem
     from cua_stream.tasks.miniwob import SUITE
     from cua_stream.tasks.miniwob.export import export as write
     from cua_stream.tasks.miniwob.export import thresholds_for

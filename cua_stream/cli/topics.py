@@ -11,7 +11,7 @@ from rich.table import Table
 
 from cua_stream.bus.acl import acls
 from cua_stream.bus.admin import TopicAdmin
-from cua_stream.cli._common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
+from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus
 
 app = typer.Typer(
     help="Create and describe the topics of the registry (idempotent).\n\nExample: cua-stream topics create"

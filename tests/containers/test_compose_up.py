@@ -20,9 +20,9 @@ import anyio
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
+from cua_stream.app.chaos.evidence import read_run
+from cua_stream.app.chaos.invariants import RunLog, check_all, totals, work_answered
 from cua_stream.bus.reader import scan
-from cua_stream.chaos.evidence import read_run
-from cua_stream.chaos.invariants import RunLog, check_all, totals, work_answered
 from cua_stream.config import BusConfig
 from cua_stream.containers import app_image, images, local_compose, service_images
 from cua_stream.containers.dockerd import DockerHome

@@ -59,7 +59,7 @@ READS = [
     ("/generate", "meta_info.weight_versions.version"),
     ("/generate", "meta_info.weight_versions.start"),
     ("/generate", "meta_info.weight_versions.end"),
-    # consumers/trainer/weights.py: _load, engine_version; cua_stream/cli/demo.py
+    # consumers/trainer/weights.py: _load, engine_version; cua_stream/app/demo_run.py
     ("/update_weights_from_disk", "success"),
     ("/get_model_info", "weight_version"),
 ]

@@ -56,7 +56,7 @@ def test_oracle_demonstrations_are_recorded_through_the_gateway_and_train_the_po
         assert len(turns) >= 2 * 4  # click: click + done x2 (+ waits); fill: click, type, click, done x2
         from transformers import AutoTokenizer
 
-        from cua_stream.demo import tiny_model_dir
+        from cua_stream.app.demo import tiny_model_dir
 
         tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
         for turn in turns:

@@ -137,8 +137,8 @@ async def test_a_chaos_broker_restart_waits_while_its_port_is_taken_then_starts(
     client connected to itself); it tries again until the port is free instead of ending the run."""
     import anyio
 
+    from cua_stream.app.chaos.runner import BrokerTarget
     from cua_stream.broker import BrokerConfig, LocalBroker
-    from cua_stream.chaos.runner import BrokerTarget
 
     class Counted(LocalBroker):
         starts = 0

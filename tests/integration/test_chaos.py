@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from cua_stream.app.chaos.fault_schedule import POISON_TARGET, kind, plan, tally
 from cua_stream.broker import ephemeral_range
-from cua_stream.chaos.fault_schedule import POISON_TARGET, kind, plan, tally
 
 SEED, FAULTS, EVERY_S, STEPS, SECURE_STEPS = 79, 12, 2.5, 8, 4
 """Seed 79's first 12 faults SIGKILL producers, the scorer, the trainer, the gateway and the engine, pause

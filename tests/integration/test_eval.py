@@ -169,7 +169,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
 ) -> None:
     """``--follow``: each published version of a training run is loaded on the evaluation's own engine and
     evaluated; a restart skips the versions done (and a re-run of one evaluation issues no episode again)."""
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
@@ -275,7 +275,7 @@ def test_following_a_run_evaluates_its_versions_once_each_across_restarts(
 def test_ctrl_c_stops_a_follower_waiting_for_a_version_and_its_engine_and_gateway(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}
@@ -318,8 +318,8 @@ def test_following_on_the_runs_own_engine_starts_none_and_says_which_versions_se
     import httpx
 
     from consumers.trainer.weights import push_weights
-    from cua_stream.cli._stack import engine_and_gateway
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
+    from cua_stream.app.stack import engine_and_gateway
 
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     env = os.environ | {"CUA_HOME": str(tmp_path / "home"), "CUA_TOPIC_PREFIX": prefix}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cua_stream.cli._eval_table import load_runs, markdown
+from cua_stream.app.evaluate.benchmark_table import load_runs, markdown
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.benchmark import rows, subset_mean
 from cua_stream.evaluation.results import EvalEpisode, EvalResults
@@ -109,7 +109,7 @@ def test_a_miniwob_task_set_with_no_policy_named_is_the_table() -> None:
     import pytest
     import typer
 
-    from cua_stream.cli._eval_table import TABLE_POLICIES, scripted_policies
+    from cua_stream.app.evaluate.benchmark_table import TABLE_POLICIES, scripted_policies
     from cua_stream.evaluation.plan import EvalPlan, eval_seeds
     from cua_stream.events import TaskRef
 

@@ -17,16 +17,16 @@ import anyio
 import msgspec
 import pytest
 
+from cua_stream.app.chaos import loop
+from cua_stream.app.chaos.config import ChaosConfig
+from cua_stream.app.chaos.evidence import listeners, listening
+from cua_stream.app.chaos.fault_schedule import BROKER, POISON_TARGET, Action, plan, tally
+from cua_stream.app.chaos.invariants import RunLog, check_all, totals
+from cua_stream.app.chaos.resource_usage import Point, loop_lag, rss_mb
+from cua_stream.app.chaos.runner import Chaos
+from cua_stream.app.chaos.soak import memory_growth, spreads
 from cua_stream.auth import SESSION_KEY_PREFIX, new_session_key, session_keys_in
 from cua_stream.broker import ephemeral_range
-from cua_stream.chaos import loop
-from cua_stream.chaos.config import ChaosConfig
-from cua_stream.chaos.evidence import listeners, listening
-from cua_stream.chaos.fault_schedule import BROKER, POISON_TARGET, Action, plan, tally
-from cua_stream.chaos.invariants import RunLog, check_all, totals
-from cua_stream.chaos.resource_usage import Point, loop_lag, rss_mb
-from cua_stream.chaos.runner import Chaos
-from cua_stream.chaos.soak import memory_growth, spreads
 from cua_stream.config import ConfigError
 from cua_stream.events import (
     DeadLetter,

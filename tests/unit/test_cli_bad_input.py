@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cua_stream.cli._common import output_problem
+from cua_stream.cli.common import output_problem
 from cua_stream.errors import ConfigError
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.results import EvalResults

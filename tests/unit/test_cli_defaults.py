@@ -1,7 +1,7 @@
-"""`--help`'s defaults come from the config fields the options feed (``cua_stream.cli._defaults``): each
+"""`--help`'s defaults come from the config fields the options feed (``cua_stream.cli.defaults``): each
 mapped option shows its field's default, read from the settings class in the registry; no help text
 restates by hand a default that a field owns; and a field's default changed is a changed `--help`. The
-same for `learn`, whose defaults are its plan's (``cua_stream.learn.LearnPlan``)."""
+same for `learn`, whose defaults are its plan's (``cua_stream.app.learn.plan.LearnPlan``)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ import typer
 from typer.testing import CliRunner
 
 from cua_stream import cli, config
-from cua_stream.cli._defaults import FieldOption, PlanOption, field_option, plan_option, shown_default
+from cua_stream.app.learn.plan import LearnPlan
+from cua_stream.cli.defaults import FieldOption, PlanOption, field_option, plan_option, shown_default
 from cua_stream.docs_reference import commands
-from cua_stream.learn import LearnPlan
 
 HAND_WRITTEN = {
     "eval run --model-path": "the demo's tiny model: no config field",
@@ -176,8 +176,8 @@ def plan_default_text(value: object) -> str | None:
 def test_every_learn_option_shows_its_plans_default_and_restates_none() -> None:
     """LearnPlan is the one home of learn's defaults: each option is unset (None) unless given, and its
     help shows the plan's default (a default written in the option too fails here)."""
+    from cua_stream.app.learn.plan import LearnPlan
     from cua_stream.cli.learn import learn
-    from cua_stream.learn import LearnPlan
 
     command = dict(commands(click_root()))[("learn",)]
     params = {p.name: p for p in command.params}
@@ -204,7 +204,7 @@ class LearnMutant(LearnPlan):
 def test_a_changed_plan_default_changes_learn_help(monkeypatch: pytest.MonkeyPatch) -> None:
     """LearnPlan's demo_seeds default changed (the class replaced by a mutant, the command's module read
     again): `learn --help` shows the new default."""
-    from cua_stream import learn as plan_module
+    from cua_stream.app.learn import plan as plan_module
     from cua_stream.cli import learn as command_module
 
     def shown() -> str:

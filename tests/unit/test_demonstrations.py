@@ -83,7 +83,7 @@ def test_sft_loss_is_the_mean_negative_logprob_of_the_masked_tokens() -> None:
 
 
 def test_sft_config_errors_name_the_field(tmp_path: object) -> None:
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
     model = str(tiny_model_dir())
     with pytest.raises(ConfigError, match="sft.run_ids"):
@@ -161,7 +161,7 @@ def test_a_scored_reply_becomes_the_forced_completion_or_a_protocol_error() -> N
 @pytest.mark.model
 def test_a_probe_judges_saved_weights_and_ends_sft_where_it_says(tmp_path: Path) -> None:
     from consumers.trainer.sft_run import EpochStats, Probe, train
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
     demos = demonstrations([score("good", Reward(value=1.0))], calls_of("good"))
     config = SftConfig(run_ids=["r"], model_path=str(tiny_model_dir()), out_dir=str(tmp_path / "out"), epochs=5,

@@ -13,13 +13,13 @@ import pytest
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.feeder import instance_work
 from consumers.trainer.join import Join
+from cua_stream.app.learn.plan import EVAL_OFFSET, MAX_SEED, LearnPlan
 from cua_stream.bus.codec import Delivery
 from cua_stream.errors import ConfigError
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.plan import EVAL_SEED_BASE, EvalPlan, eval_seeds, is_eval_seed, resolve_tasks
 from cua_stream.events import Discard, OutcomeEvent, Reward, ScoreEvent, TaskRef, WorkRequest
 from cua_stream.identity import index_of, layout_seed
-from cua_stream.learn import EVAL_OFFSET, MAX_SEED, LearnPlan
 from cua_stream.tasks import TASKS, task_dir
 
 
@@ -187,7 +187,7 @@ def test_an_evaluation_runs_only_under_an_evaluation_run_id() -> None:
     """A trainer takes any run's work but ``eval-`` runs': evaluating under another id would train on it."""
     import anyio
 
-    from cua_stream.evaluate import Evaluation, evaluate
+    from cua_stream.app.evaluate.episodes import Evaluation, evaluate
     from producers.config import ProducerConfig
 
     plan = EvalPlan(tasks=(TaskRef(name="click-test"),), samples=1, seeds=tuple(eval_seeds(0, 1)))

@@ -17,7 +17,7 @@ from consumers.trainer.grpo import recorded_batch
 from consumers.trainer.inspect import StepRules, rebuild_step
 from consumers.trainer.inspect_render import recompute_document, recompute_text
 from consumers.trainer.recompute import batch_items, compare, recomputation, widest_gaps
-from cua_stream.cli._inspect_recompute import start_weights
+from cua_stream.app.recompute import start_weights
 from cua_stream.config import BusConfig, ConfigError, build
 from cua_stream.errors import ReplayDiverged
 from tests.unit.test_inspect import E0, E1, STEP, deliveries

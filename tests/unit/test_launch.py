@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cua_stream.app.launch import PRESETS, agentic_train_args, preset, redacted, resolve
 from cua_stream.config import ConfigError
-from cua_stream.launch import PRESETS, agentic_train_args, preset, redacted, resolve
 
 SESSION_ARGV = [
     "--rollout-path", "session",

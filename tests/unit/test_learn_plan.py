@@ -7,11 +7,11 @@ import zlib
 import pytest
 
 from consumers.trainer.feeder import work_for_group
+from cua_stream.app.learn.plan import SEED_SPACE, LearnPlan, reward_curve, success_by_task
 from cua_stream.errors import ConfigError
 from cua_stream.evaluation.plan import is_eval_seed
 from cua_stream.events import Discard, Reward, ScoreEvent, TrainStep
 from cua_stream.identity import group_id_of, layout_seed
-from cua_stream.learn import SEED_SPACE, LearnPlan, reward_curve, success_by_task
 
 
 def step(n: int, groups: list[str]) -> TrainStep:
@@ -85,8 +85,8 @@ def test_success_counts_a_reward_of_one_and_nothing_else() -> None:
 
 def test_the_plans_settings_are_what_the_trainer_and_producer_accept() -> None:
     from consumers.trainer.config import TrainerConfig
+    from cua_stream.app.demo import tiny_model_dir
     from cua_stream.config import convert
-    from cua_stream.demo import tiny_model_dir
     from producers.config import ProducerConfig
 
     plan = LearnPlan(
@@ -178,7 +178,7 @@ def test_a_bad_learn_option_fails_at_start_naming_it(flag: str, value: str, says
 
 
 def test_grpo_stops_at_the_runs_budget_or_its_own_whichever_comes_first() -> None:
-    from cua_stream.cli._learn_grpo import WRAP_UP_S, grpo_deadline
+    from cua_stream.app.learn.grpo import WRAP_UP_S, grpo_deadline
 
     # the run started at 0; SFT and its evaluation (100 s) ended at 3000 s; a 90-minute budget
     whole = 90 * 60 - WRAP_UP_S - 100

@@ -140,7 +140,7 @@ def test_the_table_has_a_row_per_task_a_column_per_stage_and_a_dash_where_a_stag
 
 
 def test_a_stage_with_nothing_scored_shows_a_dash_and_the_cli_prints_every_column() -> None:
-    from cua_stream.cli._learn_report import stages_table
+    from cua_stream.app.learn.report import stages_table
 
     reports = {"base": report_of(results("base", {"click-test": [None, None]}))}
     (row, _) = rows = stage_table(reports)

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from cua_stream.learn_trend import rise, slope, thirds, trend, trend_text
+from cua_stream.app.learn.trend import rise, slope, thirds, trend, trend_text
 
 
 def test_a_steady_climb_is_rare_among_shuffled_orders() -> None:

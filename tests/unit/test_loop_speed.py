@@ -1,4 +1,4 @@
-"""The loop benchmark's summaries (``cua_stream.chaos.speed``) and the step record's staleness count, on
+"""The loop benchmark's summaries (``cua_stream.app.chaos.speed``) and the step record's staleness count, on
 hand-built records: walls, shares, the engine work a weight push loses, and the goals' verdicts."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 from consumers.trainer.samples import assemble
 from consumers.trainer.step_record import token_staleness
-from cua_stream.chaos.speed import EngineSample, LoopSpeed, counter_at, goals, summarise
+from cua_stream.app.chaos.speed import EngineSample, LoopSpeed, counter_at, goals, summarise
 from cua_stream.events import TrainStep, VersionSpan
 from tests.unit.test_trainer_samples import call
 

@@ -15,7 +15,7 @@ import typer
 
 from cua_stream.broker import ephemeral_range
 from cua_stream.bus.connect import start_client
-from cua_stream.cli._common import friendly_errors, set_log_level
+from cua_stream.cli.common import friendly_errors, set_log_level
 from cua_stream.config import BusConfig, ConfigError, read_file
 from cua_stream.errors import BusUnavailable
 from cua_stream.metrics import serve_metrics

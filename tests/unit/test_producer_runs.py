@@ -50,7 +50,7 @@ def test_a_bad_run_in_runs_fails_at_start_naming_the_field(runs: list[str]) -> N
 def test_an_evaluation_plays_only_its_own_run_in_a_group_of_its_own() -> None:
     """An evaluation started after a killed one (same broker and prefix) does not play the killed one's
     leftover work: before, both read the lane's shared group, and the new one's own episodes waited."""
-    from cua_stream.evaluate import eval_producer
+    from cua_stream.app.evaluate.episodes import eval_producer
 
     ours = eval_producer(producer_config({}, {}), "eval-teacher-b3")
     assert ours.lane == "eval" and ours.group == "cua.eval-producers.teacher-b3"

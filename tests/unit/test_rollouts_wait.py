@@ -4,7 +4,7 @@ none has come for longer than any one episode takes."""
 
 from __future__ import annotations
 
-from cua_stream.rollouts import SCORED_STALL_S, waiting
+from cua_stream.app.rollouts import SCORED_STALL_S, waiting
 
 
 def test_scores_still_coming_are_waited_for_however_long_the_wait() -> None:

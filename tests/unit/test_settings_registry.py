@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cua_stream import launch
+from cua_stream.app import launch
 from cua_stream.config import (
     SECTIONS,
     BusConfig,

@@ -26,20 +26,20 @@ import yaml
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
+from cua_stream.app.chaos import loop
+from cua_stream.app.chaos.config import ChaosConfig
+from cua_stream.app.chaos.daemons import Daemon
+from cua_stream.app.chaos.evidence import files_under, listeners, read_run
+from cua_stream.app.chaos.fault_schedule import BROKER, Action, Fault, plan
+from cua_stream.app.chaos.invariants import check_all
+from cua_stream.app.chaos.report import Applied, ChaosReport
+from cua_stream.app.chaos.resource_usage import Sampler
 from cua_stream.auth import bearer_headers
 from cua_stream.broker import BrokerConfig, LocalBroker, ephemeral_range
 from cua_stream.bus.acl import ADMIN, acls
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.connect import client_security
 from cua_stream.bus.reader import scan
-from cua_stream.chaos import loop
-from cua_stream.chaos.config import ChaosConfig
-from cua_stream.chaos.daemons import Daemon
-from cua_stream.chaos.evidence import files_under, listeners, read_run
-from cua_stream.chaos.fault_schedule import BROKER, Action, Fault, plan
-from cua_stream.chaos.invariants import check_all
-from cua_stream.chaos.report import Applied, ChaosReport
-from cua_stream.chaos.resource_usage import Sampler
 from cua_stream.config import BusConfig, ConfigError, convert
 from cua_stream.errors import DaemonDidNotStart, PortInUse
 from cua_stream.events import Discard, TrainStep
@@ -163,7 +163,7 @@ class Chaos:
         )
 
     async def _start_loop(self) -> None:
-        from cua_stream.demo import tiny_model_dir
+        from cua_stream.app.demo import tiny_model_dir
 
         async with TopicAdmin(self.bus) as admin:
             await admin.create()

@@ -10,22 +10,22 @@ from typing import TYPE_CHECKING, Any
 
 from rich.table import Table
 
-from cua_stream.cli._stack import out
+from cua_stream.app.stack import out
 from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
+    from cua_stream.app.learn.plan import Curve, LearnPlan
     from cua_stream.evaluation.results import EvalResults
     from cua_stream.events import EvalReport, TrainStep
-    from cua_stream.learn import Curve, LearnPlan
     from cua_stream.learn_table import Row
 
 
 async def curve_of(bus: BusConfig, run_id: str, model: Path) -> Curve:
     from transformers import AutoTokenizer
 
+    from cua_stream.app.learn.plan import reward_curve
     from cua_stream.bus.reader import scan
     from cua_stream.events import TrainStep
-    from cua_stream.learn import reward_curve
     from cua_stream.topics import SCORES, TRAIN_STEPS, TURNS, WORK
 
     steps = [d.event async for d in scan(bus, TRAIN_STEPS) if d.event.run_id == run_id]
@@ -47,10 +47,10 @@ def report(
 ) -> None:  # fmt: skip
     """``blind``: the blind baseline's report; ``evaluated``: the evaluations by policy name (base, sft,
     grpo), their files in ``home/eval``."""
+    from cua_stream.app.learn.plan import evaluation_entry
+    from cua_stream.app.learn.trend import trend, trend_text
     from cua_stream.evaluation.report import report_of
-    from cua_stream.learn import evaluation_entry
     from cua_stream.learn_table import rows_json, stage_table
-    from cua_stream.learn_trend import trend, trend_text
 
     rows = stage_table({"blind": blind} | {name: report_of(r) for name, r in evaluated.items()})
     files = {name: home / "eval" / f"{name}.json" for name in evaluated}

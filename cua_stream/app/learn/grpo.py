@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from cua_stream.cli._stack import out
-from cua_stream.learn import LearnPlan
-from cua_stream.rollouts import rollouts
+from cua_stream.app.learn.plan import LearnPlan
+from cua_stream.app.rollouts import rollouts
+from cua_stream.app.stack import out
 
 if TYPE_CHECKING:
     from cua_stream.events import TrainStep

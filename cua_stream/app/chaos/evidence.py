@@ -9,10 +9,10 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from cua_stream.app.chaos.invariants import RunLog
 from cua_stream.auth import session_keys_in
 from cua_stream.bus.consumer import decode_message
 from cua_stream.bus.reader import read_raw
-from cua_stream.chaos.invariants import RunLog
 from cua_stream.config import BusConfig
 from cua_stream.errors import RecordError
 from cua_stream.events import GroupDropped, TrainStep

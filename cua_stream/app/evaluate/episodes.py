@@ -40,7 +40,7 @@ async def evaluate(ev: Evaluation, run_id: str, policy: str) -> EvalResults:
     issued again: none is played twice) until each is scored (bounded: an episode never scored is
     ``unscored``); ``policy`` names what was evaluated in the results."""
     from consumers.trainer.feeder import instance_work
-    from cua_stream.rollouts import run_episodes
+    from cua_stream.app.rollouts import run_episodes
 
     if not is_eval_run(run_id):
         raise ValueError(f"an evaluation's run id starts with {EVAL_RUN_PREFIX!r}, got {run_id!r}")

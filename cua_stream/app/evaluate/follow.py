@@ -1,129 +1,49 @@
-"""`cua-stream eval follow RUN`: each version of a training run evaluated as its trainer publishes it, on
-this command's own engine (each version's weights loaded on it) or on the run's (``--engine shared``);
-resumable: a version evaluated by an earlier start is not evaluated again."""
+"""`cua-stream eval follow RUN`'s work once its options are checked: each version of a training run
+evaluated as its trainer publishes it, on this command's own engine (each version's weights loaded on
+it) or on the run's (its gateway given); resumable: a version evaluated by an earlier start is not
+evaluated again."""
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
-import typer
 
-from cua_stream.cli._common import ConfigFile, Prefix, friendly_errors
-from cua_stream.cli._eval_setup import (
-    Broker,
-    Concurrency,
-    EnginePort,
-    Evaluating,
-    FirstSeed,
-    GatewayPort,
-    MaxNewTokens,
-    Samples,
-    Seeds,
-    SuccessAt,
-    Tasks,
-    Temperature,
-    Turns,
-    check_out,
-    check_run_id,
-    checked_plan,
-    evaluate_once,
-    evaluating_line,
-    producer_on_bus,
-)
-from cua_stream.cli._stack import EpisodeEnvironment, engine_and_gateway, out
+from cua_stream.app.evaluate.episodes import Evaluation
+from cua_stream.app.evaluate.run import Evaluating, evaluate_once, evaluating_line, producer_on_bus
+from cua_stream.app.stack import engine_and_gateway, out
 from cua_stream.config import BusConfig, state_dir
-from cua_stream.evaluate import Evaluation
 from cua_stream.events import EvalReport
-from cua_stream.identity import EVAL_RUN_PREFIX
 from cua_stream.topics import EVALS
 
 if TYPE_CHECKING:
     from cua_stream.evaluation.follow import FollowMetrics
+    from cua_stream.evaluation.plan import EvalPlan
     from cua_stream.events import PolicyVersion
 
 FOLLOW_POLL_S = 2.0
 """How often a following evaluation looks for a new version of its run."""
 
 
-@friendly_errors
-def follow(
-    of_run: Annotated[
-        str, typer.Argument(metavar="RUN", help="The training run whose versions are evaluated.")
-    ],
-    tasks: Tasks = "all",
-    samples: Samples = 1,
-    seeds: Seeds = 2,
-    first_seed: FirstSeed = 0,
-    model_path: Annotated[
-        Path | None,
-        typer.Option(
-            help="The model this command's engine starts with, each version's weights loaded on it "
-            "(default: the demo's tiny model)."
-        ),
-    ] = None,
-    environment: EpisodeEnvironment = "local-desktop",
-    turns: Turns = 10,
-    temperature: Temperature = 1.0,
-    max_new_tokens: MaxNewTokens = 256,
-    success_at: SuccessAt = 1.0,
-    concurrency: Concurrency = 2,
-    run_id: Annotated[
-        str, typer.Option(help="The evaluation's run id (default: eval-RUN, so a restart resumes it).")
-    ] = "",
-    out_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", help="Results directory, one JSON per version (default: <state>/eval/<run id>)."
-        ),
-    ] = None,
-    every: Annotated[int, typer.Option(help="Evaluate every N-th version.")] = 1,
-    engine: Annotated[
-        str,
-        typer.Option(
-            help="'own' (this command's engine, each version loaded on it) or 'shared' (the run's, through "
-            "its gateway --gateway-url: it serves the newest version; training's calls go first where that "
-            "gateway bounds engine_max_in_flight)."
-        ),
-    ] = "own",
-    gateway_url: Annotated[str, typer.Option(help="With --engine shared: the run's gateway.")] = "",
-    until_version: Annotated[
-        int, typer.Option(help="Stop once this version is evaluated (0: follow until Ctrl-C).")
-    ] = 0,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option(
-            help="Serve the evaluation's lag behind training as Prometheus text on this port (0: any)."
-        ),
-    ] = None,
-    bootstrap: Broker = None,
-    prefix: Prefix = None,
-    engine_port: EnginePort = 30000,
-    gateway_port: GatewayPort = 8000,
-    config: ConfigFile = None,
-) -> None:
-    """Evaluate each version of a training run as its trainer publishes it (every --every-th, until
-    --until-version): the table printed, the results published and written per version; resumable.
-
-    Example: cua-stream eval follow r1 --model-path models/tiny --tasks click-button --every 2"""
+def follow_run(
+    plan: EvalPlan, of_run: str, run: str, *, shared_gateway: str | None, model_path: Path | None,
+    out_file: Path | None, file_data: dict[str, Any], bootstrap: str | None, prefix: str | None,
+    environment: str, turns: int, temperature: float, max_new_tokens: int, success_at: float,
+    concurrency: int, every: int, until_version: int, metrics_port: int | None, engine_port: int,
+    gateway_port: int,
+) -> bool:  # fmt: skip
+    """Evaluate ``of_run``'s versions under the run id ``run`` (every ``every``-th, until ``until_version``;
+    0: until a signal) on this command's engine serving ``model_path`` (else the demo's tiny model), or
+    with ``shared_gateway`` on the run's own engine through that gateway; True when a signal ended it."""
     from consumers.trainer.feeder import sampling_of
-    from cua_stream.demo import tiny_model_dir
+    from cua_stream.app.demo import tiny_model_dir
 
-    shared = _shared(engine, gateway_url)
-    plan = checked_plan(tasks, samples, seeds, first_seed, "", model_path)
-    if metrics_port is not None and not 0 <= metrics_port <= 65535:
-        raise typer.BadParameter("a port in 0..65535", param_hint="--metrics-port")
-    if every < 1:
-        raise typer.BadParameter(f"at least 1, not {every}", param_hint="--every")
-    if until_version < 0:
-        raise typer.BadParameter(f"at least 0 (0: follow until Ctrl-C), not {until_version}",
-                                 param_hint="--until-version")  # fmt: skip
-    check_out(out_file, directory=True)
-    run = check_run_id(run_id or f"{EVAL_RUN_PREFIX}{of_run}")  # the same at every start: a restart resumes
-    producer, step = producer_on_bus(config, bootstrap, prefix, concurrency=concurrency, turns=turns,
+    shared = shared_gateway is not None
+    gateway_url = shared_gateway or ""
+    producer, step = producer_on_bus(file_data, bootstrap, prefix, concurrency=concurrency, turns=turns,
                                      environment=environment, gateway_port=gateway_port)  # fmt: skip
     step("the policy")
     model = model_path or tiny_model_dir()
@@ -145,12 +65,13 @@ def follow(
     with stack:
         step(evaluating_line(plan, concurrency, turns, f" per version of run {of_run} (every {every})"))
         urls = None if shared else (f"http://127.0.0.1:{engine_port}", f"http://127.0.0.1:{gateway_port}")
-        if anyio.run(_follow, ctx, run, of_run, every, until_version, urls, metrics_port):
+        if anyio.run(follow_versions, ctx, run, of_run, every, until_version, urls, metrics_port):
             out.print("interrupted: the engine and gateway stop")
-            raise typer.Exit(130)
+            return True
+    return False
 
 
-async def _follow(
+async def follow_versions(
     ctx: Evaluating, run: str, of_run: str, every: int, until: int, urls: tuple[str, str] | None,
     metrics_port: int | None,
 ) -> bool:  # fmt: skip
@@ -223,19 +144,6 @@ async def _follow_versions(
                 out.print(f"    served by the run's engine at version(s) {', '.join(f'v{v}' for v in served)}"
                           + ("" if served == [version.version] else " (the run moved on meanwhile)"))  # fmt: skip
             done.add(version.version)
-
-
-def _shared(engine: str, gateway_url: str) -> bool:
-    """``--engine``: whether the evaluation runs on the followed run's engine (checked with its options)."""
-    if engine not in ("own", "shared"):
-        raise typer.BadParameter("'own' or 'shared'", param_hint="--engine")
-    if engine == "own":
-        if gateway_url:
-            raise typer.BadParameter("only with --engine shared", param_hint="--gateway-url")
-        return False
-    if not gateway_url.startswith(("http://", "https://")):
-        raise typer.BadParameter("the run's gateway, an http(s) URL", param_hint="--gateway-url")
-    return True
 
 
 async def served_versions(bus: BusConfig, run: str) -> list[int]:

@@ -14,8 +14,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cua_stream.cli._stack import out
-from cua_stream.evaluate import Evaluation
+from cua_stream.app.evaluate.episodes import Evaluation
+from cua_stream.app.stack import out
 from cua_stream.evaluation import results as files
 from cua_stream.evaluation.benchmark import COLUMNS, HEADINGS, Row, SubsetMean, rows, subset_mean
 from cua_stream.evaluation.plan import EvalPlan

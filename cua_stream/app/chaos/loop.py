@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cua_stream.chaos.config import ChaosConfig
-from cua_stream.chaos.daemons import Daemon
+from cua_stream.app.chaos.config import ChaosConfig
+from cua_stream.app.chaos.daemons import Daemon
 from cua_stream.config import BusConfig
 from cua_stream.tasks import TASKS
 

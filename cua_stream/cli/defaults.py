@@ -5,7 +5,7 @@ of its own (None: "not given", so the file and the environment still count). ``f
 field, and ``--help`` (and the generated CLI reference) shows that field's default, read from its
 settings class in the registry (``cua_stream.config.SECTIONS``): change the field and the help follows.
 ``plan_option`` does the same for an option that sets a field of a command's plan (a dataclass such as
-``cua_stream.learn.LearnPlan``): unset, the plan keeps its own default.
+``cua_stream.app.learn.plan.LearnPlan``): unset, the plan keeps its own default.
 """
 
 from __future__ import annotations

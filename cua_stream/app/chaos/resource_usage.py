@@ -15,9 +15,9 @@ import httpx
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError
 
+from cua_stream.app.chaos.daemons import Daemon
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.consumer import make_kafka_consumer, partitions_of, start_consumer, stop_consumer
-from cua_stream.chaos.daemons import Daemon
 from cua_stream.config import BusConfig
 from cua_stream.metrics import LoopLag
 from cua_stream.topics import OUTCOMES, WORK, TopicSpec

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cua_stream.chaos.fault_schedule import Fault
-from cua_stream.chaos.invariants import Check
-from cua_stream.chaos.resource_usage import Point
-from cua_stream.chaos.soak import memory_growth, spreads
+from cua_stream.app.chaos.fault_schedule import Fault
+from cua_stream.app.chaos.invariants import Check
+from cua_stream.app.chaos.resource_usage import Point
+from cua_stream.app.chaos.soak import memory_growth, spreads
 
 
 @dataclass

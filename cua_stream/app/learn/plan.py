@@ -180,7 +180,7 @@ class LearnPlan:
     """Steps averaged at each end of the curve (the goal compares the first and last ``window``)."""
     budget_minutes: float = 30.0
     """The whole run's bound: GRPO takes no new step once the run is this old, less the room kept for its
-    last step, its evaluation and the curve (``cli._learn_grpo.grpo_deadline``)."""
+    last step, its evaluation and the curve (``cua_stream.app.learn.grpo.grpo_deadline``)."""
     grpo_minutes: float | None = None
     """GRPO's own time bound, counted from its start (None: only the whole run's budget bounds it). With
     drawn demonstrations SFT alone takes most of an hour on ``small``; this gives the curve a fixed

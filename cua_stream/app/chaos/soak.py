@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cua_stream.chaos.resource_usage import Point
+from cua_stream.app.chaos.resource_usage import Point
 from cua_stream.metrics import quantile
 
 GROWTH_ABS_MB = 48.0

@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import typer
 
-from cua_stream.cli._stack import Serving, engine_and_gateway, out
+from cua_stream.app.stack import Serving, engine_and_gateway, out
 from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
     from consumers.trainer.sft import Demonstrations, SftConfig
     from consumers.trainer.sft_run import EpochStats
-    from cua_stream.evaluate import Evaluation
+    from cua_stream.app.evaluate.episodes import Evaluation
+    from cua_stream.app.learn.plan import LearnPlan
     from cua_stream.evaluation.results import EvalResults
-    from cua_stream.learn import LearnPlan
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Evaluations:
     ev: Evaluation
 
     async def of(self, name: str) -> EvalResults:
-        from cua_stream.evaluate import evaluate, publish_report
+        from cua_stream.app.evaluate.episodes import evaluate, publish_report
         from cua_stream.evaluation.report import report_of
         from cua_stream.evaluation.results import save
         from cua_stream.identity import EVAL_RUN_PREFIX
@@ -78,7 +78,7 @@ class Prober:
         self.history: list[dict[str, Any]] = []
 
     def __call__(self, weights: Path, epoch: EpochStats) -> bool:
-        from cua_stream.learn import overall
+        from cua_stream.app.learn.plan import overall
 
         if self.serving is None:
             self.serving = self.stack.enter_context(

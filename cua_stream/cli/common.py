@@ -1,4 +1,5 @@
-"""Shared CLI plumbing: options that build the BusConfig, and turning errors into clear exits."""
+"""Shared CLI plumbing: options that build the BusConfig, the tasks and episode environment a one-shot
+command is given (parsed and checked, each bad value named), and turning errors into clear exits."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.markup import escape
 
-from cua_stream.cli._defaults import field_option
+from cua_stream.cli.defaults import field_option
 from cua_stream.config import BusConfig, ConfigError, bus_config, read_file
 from cua_stream.errors import CuaError
 
@@ -61,6 +62,55 @@ def output_problem(path: Path, *, directory: bool = False) -> str | None:
     if not os.access(path if path.exists() else parent, os.W_OK):
         return f"{path if path.exists() else parent} is not writable"
     return None
+
+
+EpisodeEnvironment = Annotated[
+    str,
+    typer.Option(
+        "--environment",
+        help="local-desktop (Harbor trials in namespaces; root), docker (Harbor's docker environment on "
+        "cua-stream's own daemon: `cua-stream containers start --build`, then `eval \"$(cua-stream "
+        'containers env)"`), any other Harbor environment type, or scripted (no desktop).',
+    ),
+]
+"""Where a one-shot command's episodes run (``episode_producer``): the producer's environments."""
+
+
+def parse_tasks(tasks: str, *, hint: str = "--tasks") -> list[str]:
+    """``--tasks``: comma-separated bundled task names, or ``all``; ``miniwob`` (the MiniWoB++ suite),
+    MiniWoB++ task names and globs of them (``miniwob/click-*``)."""
+    from cua_stream.tasks import TASKS
+    from cua_stream.tasks.miniwob import SUITE, is_miniwob
+    from cua_stream.tasks.refs import expand_tasks
+
+    chosen: list[str] = []
+    for task in list(TASKS) if tasks == "all" else [t.strip() for t in tasks.split(",") if t.strip()]:
+        if task == SUITE or is_miniwob(task):
+            try:
+                chosen += expand_tasks([task])
+            except ValueError as e:
+                raise typer.BadParameter(str(e), param_hint=hint) from None
+        else:
+            chosen.append(task)
+    unknown = [t for t in chosen if t not in TASKS and not is_miniwob(t)]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown tasks {unknown}; known: {', '.join(TASKS)}, miniwob/<name>",
+                                 param_hint=hint)  # fmt: skip
+    return list(dict.fromkeys(chosen))
+
+
+def require_playable(policy: str, tasks: list[str], hint: str) -> list[str]:
+    """``tasks``, when the scripted ``policy`` plays each (the oracle: the teacher ``record-oracle`` and
+    ``learn`` demonstrate with); else one line naming those it does not play."""
+    from cua_stream.tasks.policy_server import PLAYS, plays
+
+    unplayable = [t for t in tasks if not plays(policy, t)]
+    if unplayable:
+        names = f"{', '.join(unplayable[:5])}{' ...' if len(unplayable) > 5 else ''}"
+        raise typer.BadParameter(
+            f"the scripted policy {policy} does not play {names} ({PLAYS})", param_hint=hint
+        )
+    return tasks
 
 
 PER_CALL_LOGGERS = ("httpx", "LiteLLM")

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from cua_stream.app.demo import DemoPlan, demo_settings
 from cua_stream.config import ConfigError, convert, section_class
-from cua_stream.demo import DemoPlan, demo_settings
 
 RolloutPath = Literal["generate", "session"]
 SECTIONS = ("engine", "gateway", "producer", "scorer", "trainer")

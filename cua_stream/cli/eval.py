@@ -19,7 +19,7 @@ from typing import Annotated
 
 import typer
 
-from cua_stream.app.evaluate.benchmark_table import BLIND, load_runs, scripted_policies, show_table
+from cua_stream.app.evaluate.benchmark_table import BLIND, load_runs, show_table
 from cua_stream.app.evaluate.results_table import comparison_table
 from cua_stream.app.evaluate.run import console, evaluate_blind, evaluate_policies
 from cua_stream.cli._eval_spellings import EvalGroup
@@ -41,6 +41,7 @@ from cua_stream.cli.eval_options import (
     check_out,
     check_run_id,
     checked_plan,
+    scripted_policies,
 )
 from cua_stream.evaluation import results as files
 from cua_stream.identity import EVAL_RUN_PREFIX

@@ -1,5 +1,6 @@
-"""What `cua-stream eval run` and `eval follow` share on the command line: their common options and the
-checks of what they are given (each bad value named, before anything starts)."""
+"""What `cua-stream eval run` and `eval follow` share on the command line: their common options, the
+checks of what they are given (each bad value named, before anything starts) and the scripted policies
+`eval run` evaluates."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from typing import Annotated
 
 import typer
 
-from cua_stream.app.evaluate.benchmark_table import BLIND
+from cua_stream.app.evaluate.benchmark_table import BLIND, TABLE_POLICIES
+from cua_stream.app.stack import out
 from cua_stream.cli.common import output_problem, require_playable
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds, resolve_tasks
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
@@ -86,3 +88,21 @@ def check_run_id(run: str) -> str:
             param_hint="--run-id",
         )
     return run
+
+
+def scripted_policies(plan: EvalPlan, policy: str, model_path: Path | None, follows: bool) -> list[str]:
+    """The scripted policies evaluated (``blind`` among them: the best fixed click): those named; none for
+    a model; for a MiniWoB++ task set with neither, the benchmark table's (the teacher, idle, random and
+    the blind baseline)."""
+    if policy:
+        return [p.strip() for p in policy.split(",") if p.strip()]
+    if model_path is not None or follows:
+        return []
+    if all(is_miniwob(t.name) for t in plan.tasks):
+        out.print(
+            f"    no policy named: the MiniWoB++ table ({', '.join(TABLE_POLICIES)}, and the blind baseline)"
+        )
+        return list(TABLE_POLICIES)
+    raise typer.BadParameter(
+        "give a scripted policy (--policy) or a model (--model-path)", param_hint="--policy"
+    )

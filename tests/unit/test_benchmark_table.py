@@ -109,7 +109,8 @@ def test_a_miniwob_task_set_with_no_policy_named_is_the_table() -> None:
     import pytest
     import typer
 
-    from cua_stream.app.evaluate.benchmark_table import TABLE_POLICIES, scripted_policies
+    from cua_stream.app.evaluate.benchmark_table import TABLE_POLICIES
+    from cua_stream.cli.eval_options import scripted_policies
     from cua_stream.evaluation.plan import EvalPlan, eval_seeds
     from cua_stream.events import TaskRef
 

@@ -10,7 +10,6 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 
-import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -21,7 +20,7 @@ from cua_stream.evaluation.benchmark import COLUMNS, HEADINGS, Row, SubsetMean, 
 from cua_stream.evaluation.plan import EvalPlan
 from cua_stream.evaluation.results import EvalEpisode, EvalResults
 from cua_stream.evaluation.stats import Summary
-from cua_stream.tasks.miniwob import PREFIX, is_miniwob
+from cua_stream.tasks.miniwob import PREFIX
 from cua_stream.tasks.miniwob.literature import PUBLISHED, SUBSETS
 from cua_stream.tasks.miniwob.verdict import DEFAULT_THRESHOLD
 
@@ -161,24 +160,6 @@ def save(stem: Path, runs: Mapping[str, EvalResults], found: Sequence[Row]) -> t
     }  # fmt: skip
     js.write_text(json.dumps({"runs": {p: r.run_id for p, r in runs.items()}, "tasks": cells}, indent=1))
     return md, js
-
-
-def scripted_policies(plan: EvalPlan, policy: str, model_path: Path | None, follows: bool) -> list[str]:
-    """The scripted policies evaluated (``blind`` among them: the best fixed click): those named; none for
-    a model; for a MiniWoB++ task set with neither, the benchmark table's (the teacher, idle, random and
-    the blind baseline)."""
-    if policy:
-        return [p.strip() for p in policy.split(",") if p.strip()]
-    if model_path is not None or follows:
-        return []
-    if all(is_miniwob(t.name) for t in plan.tasks):
-        out.print(
-            f"    no policy named: the MiniWoB++ table ({', '.join(TABLE_POLICIES)}, and the blind baseline)"
-        )
-        return list(TABLE_POLICIES)
-    raise typer.BadParameter(
-        "give a scripted policy (--policy) or a model (--model-path)", param_hint="--policy"
-    )
 
 
 async def evaluate_each(

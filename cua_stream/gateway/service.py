@@ -5,8 +5,9 @@ modules it calls.
 The chat path, in order (steps 4 and 5 in ``recording``):
 
 1. Refuse early: unknown session (404), draining (503, after holding the call up to ``drain_hold_s``
-   for the weight update to finish), invalid request or temperature (400). The body is read past
-   the messages it shares byte for byte with the session's previous request (request_prefix).
+   for the weight update to finish), invalid request or temperature (400). The body is read once
+   (``chat_request.read_body``), past the messages it shares byte for byte with the session's
+   previous request (request_prefix).
 2. Match the parent call (calltree); refuse to extend a reply cut by length (409).
 3. Render only the new part (rendering): the parent's exact ids + glue + appended messages.
 4. Call the engine's /generate (the history's ids and images go in as the parent's JSON); a session

@@ -11,7 +11,6 @@ import os
 import urllib.request
 from pathlib import Path
 
-from cua_stream import env_vars
 from cua_stream.tasks.miniwob.verdict import DEFAULT_THRESHOLD, verdict
 from cua_stream.tasks.pages import layout
 from cua_stream.tasks.verdict import reward
@@ -29,7 +28,7 @@ def main() -> None:
         "--threshold", type=float, default=DEFAULT_THRESHOLD, help="miniwob/*: the raw reward that succeeds"
     )
     args = parser.parse_args()
-    seed = int(os.environ[env_vars.TASK_SEED])
+    seed = int(os.environ["CUA_TASK_SEED"])  # env_vars.TASK_SEED: the tasks image carries no env_vars
     with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/state", timeout=10) as r:
         events = json.loads(r.read())["events"]
     REWARD.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,10 @@ WRITTEN = re.compile(r"CUA_[A-Z0-9_]+")
 """A variable's name as code would write it by hand (a whole string, or an f-string's start)."""
 MENTIONED = re.compile(r"\bCUA_[A-Z0-9_]*[A-Z0-9]\b")
 """A variable named in text (help, messages, templates); ``CUA_<SECTION>_<FIELD>`` patterns are not names."""
+IN_EPISODE = ("cua_stream/tasks/verify.py", "cua_stream/tasks/ready.py", "cua_stream/tasks/server.py")
+"""Programs run inside an episode, also from the tasks image, which carries only ``cua_stream.tasks``'
+standard-library modules (``containers.images.TASK_MODULES``), not this table: they may write a name by
+hand (it must still be in the table)."""
 EXEMPT = {
     ("cua_stream/tasks/ready.py", "DISPLAY"): "a program run inside the episode (standard library only) "
     "hands X's own variable on to xdotool; the episode's desktop sets it, no setting of cua-stream does",
@@ -117,7 +121,7 @@ class Scan:
             skip = docstrings(tree)
             for node in ast.walk(tree):
                 if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                    if WRITTEN.fullmatch(node.value) and id(node) not in skip:
+                    if WRITTEN.fullmatch(node.value) and id(node) not in skip and rel not in IN_EPISODE:
                         self.by_hand.append(f"{rel}:{node.lineno} {node.value!r}")
                     for name in MENTIONED.findall(node.value):
                         self.mentioned.setdefault(name, []).append(f"{rel}:{node.lineno}")

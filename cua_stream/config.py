@@ -27,6 +27,7 @@ import msgspec
 import platformdirs
 import yaml
 
+from cua_stream import env_vars
 from cua_stream.errors import ConfigError
 from cua_stream.topics import Topics
 
@@ -164,7 +165,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
             # Credentials set for a PLAINTEXT bus are a mistake (they would never be used), not a default.
             for name in ("sasl_username", "sasl_password_file", "sasl_password", "ssl_cafile"):
                 if getattr(self, name):
-                    shown = "CUA_KAFKA_PASSWORD" if name == "sasl_password" else f"bus.{name}"
+                    shown = env_vars.KAFKA_PASSWORD if name == "sasl_password" else f"bus.{name}"
                     raise ConfigError(
                         f"bus.security_protocol: PLAINTEXT, yet {shown} is set: it would never be used "
                         "(set bus.security_protocol = SASL_SSL, or unset it)"
@@ -211,7 +212,7 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("SCRAM-SHA-512", "SCRAM-SHA-256")
-ENV_NAMES: dict[tuple[str, str], tuple[str, ...]] = {("bus", "sasl_password"): ("CUA_KAFKA_PASSWORD",)}
+ENV_NAMES: dict[tuple[str, str], tuple[str, ...]] = {("bus", "sasl_password"): (env_vars.KAFKA_PASSWORD,)}
 """Fields read from other environment variables than ``CUA_[<SECTION>_]<FIELD>``."""
 FILE_REFUSED: dict[tuple[str, str], str] = {
     ("bus", "sasl_password"): "a password is not read from a config file or a flag: use "
@@ -229,18 +230,18 @@ def require_model_dir(field: str, path: str) -> None:
 
 def state_dir() -> Path:
     """Where long-lived local state goes (broker data, blobs): env CUA_HOME, else the user state dir."""
-    return Path(os.environ.get("CUA_HOME") or platformdirs.user_state_dir("cua-stream"))
+    return Path(os.environ.get(env_vars.HOME) or platformdirs.user_state_dir("cua-stream"))
 
 
 def cache_dir() -> Path:
     """Where downloads are cached (Kafka jars): env CUA_CACHE_DIR, else the user cache dir."""
-    return Path(os.environ.get("CUA_CACHE_DIR") or platformdirs.user_cache_dir("cua-stream"))
+    return Path(os.environ.get(env_vars.CACHE_DIR) or platformdirs.user_cache_dir("cua-stream"))
 
 
 def docker_dir() -> Path:
     """Where cua-stream's private Docker daemon keeps its data: env CUA_DOCKER_HOME, else under
     ``state_dir()``."""
-    return Path(os.environ.get("CUA_DOCKER_HOME") or state_dir() / "docker")
+    return Path(os.environ.get(env_vars.DOCKER_HOME) or state_dir() / "docker")
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -258,14 +259,14 @@ def log_level() -> int:
     """Logging level from CUA_LOG_LEVEL (name or number); WARNING by default."""
     import logging
 
-    value = os.environ.get("CUA_LOG_LEVEL", "WARNING")
+    value = os.environ.get(env_vars.LOG_LEVEL, "WARNING")
     level = logging.getLevelName(value.upper()) if not value.isdigit() else int(value)
     if not isinstance(level, int):
         raise ConfigError(f"CUA_LOG_LEVEL: unknown level {value!r}")
     return level
 
 
-OFFLINE_DEFAULTS = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+OFFLINE_DEFAULTS = {env_vars.LITELLM_COST_MAP: "True"}
 """Set for every command unless the user set them: LiteLLM fetches its model cost map from the internet
 when it is imported (Harbor imports it), which costs ~8 s and four warnings wherever that is blocked; the
 policy is our own served model, whose cost nobody looks up."""

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cua_stream import env_vars
 from cua_stream.config import child_env, export_env
 from cua_stream.errors import ContainerEngineError
 from producers.config import ProducerConfig
@@ -42,8 +43,8 @@ TASKS_IMAGE = "cua-tasks:local"
 
 def episode_env(config: ProducerConfig, episode: EpisodeRun) -> dict[str, str]:
     return {
-        "CUA_TASK_SEED": str(episode.seed),
-        "CUA_DESKTOP_SIZE": f"{config.desktop_width}x{config.desktop_height}",
+        env_vars.TASK_SEED: str(episode.seed),
+        env_vars.DESKTOP_SIZE: f"{config.desktop_width}x{config.desktop_height}",
     }
 
 
@@ -112,7 +113,7 @@ def prepare_docker(environ: dict[str, str] | None = None) -> dict[str, str]:
     this_process = environ is None
     environ = child_env() if environ is None else environ
     added: dict[str, str] = {}
-    if "DOCKER_HOST" not in environ:
+    if env_vars.DOCKER_HOST not in environ:
         home = DockerHome.default()
         if home.running():
             added = home.client_env()
@@ -121,7 +122,7 @@ def prepare_docker(environ: dict[str, str] | None = None) -> dict[str, str]:
                 export_env(added)
     if docker(["version", "--format", "{{.Server.Version}}"], environ).returncode != 0:
         raise ContainerEngineError(
-            f"producer.environment docker: no Docker daemon answers at {environ.get('DOCKER_HOST', 'the default socket')}: "
+            f"producer.environment docker: no Docker daemon answers at {environ.get(env_vars.DOCKER_HOST, 'the default socket')}: "
             "start one with `cua-stream containers start --build` (root)"
         )
     if docker(["compose", "version"], environ).returncode != 0:

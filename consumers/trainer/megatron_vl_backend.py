@@ -25,6 +25,7 @@ from consumers.trainer.loss import LossConfig, LossStats
 from consumers.trainer.megatron import worker_file
 from consumers.trainer.sample_images import pixel_inputs
 from consumers.trainer.torch_backend import StepStats, TrainItem, loss_mask
+from cua_stream import env_vars
 from cua_stream.blobs import BlobStore
 from cua_stream.config import child_env, environ
 from cua_stream.image_grid import ImageGeometry
@@ -41,7 +42,7 @@ class WorkerError(RuntimeError):
 def megatron_python() -> str:
     """megatron-bridge's python: ``CUA_MEGATRON_PYTHON``, else what ``scripts/megatron-env.sh`` prints (it
     makes the venv the first time)."""
-    given = environ().get("CUA_MEGATRON_PYTHON")
+    given = environ().get(env_vars.MEGATRON_PYTHON)
     if given:
         return given
     script = ROOT / "scripts/megatron-env.sh"

@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
+    from cua_stream.bus.follow import Follower
     from cua_stream.events import ScoreEvent, WorkRequest
     from producers.config import ProducerConfig
 
@@ -101,23 +102,44 @@ async def run_episodes(
 
 
 async def _scores_of(bus: BusConfig, work: list[WorkRequest]) -> dict[str, ScoreEvent]:
-    """Wait (bounded) until every episode of ``work`` is scored; the scores by episode."""
-    from cua_stream.bus.reader import scan
+    """Wait (bounded) until every episode of ``work`` is scored; the scores by episode. The scores topic
+    is followed from its start, each record read once (the ``Follower`` keeps the positions; before, the
+    whole topic was read again every 2 s)."""
+    from cua_stream.bus.follow import Follower
     from cua_stream.topics import SCORES
 
     wanted = {w.episode_id for w in work}
     found: dict[str, ScoreEvent] = {}
     progressed = time.monotonic()
-    while waiting(len(found), len(wanted), time.monotonic() - progressed):
-        before = len(found)
-        async for d in scan(bus, SCORES):
-            if d.event.episode_id in wanted:
-                found[d.event.episode_id] = d.event
-        if len(found) > before:
-            progressed = time.monotonic()
-        elif len(found) < len(wanted):
-            await anyio.sleep(2.0)
+    async with Follower(bus, [SCORES]) as scores:
+        while waiting(len(found), len(wanted), time.monotonic() - progressed):
+            before = len(found)
+            await _take_scores(scores, wanted, found, timeout_s=2.0)
+            if len(found) > before:
+                progressed = time.monotonic()
     return found
+
+
+async def _take_scores(
+    scores: Follower, wanted: set[str], found: dict[str, ScoreEvent], *, timeout_s: float
+) -> int:
+    """Put the scores of ``wanted`` episodes that arrived (waiting up to ``timeout_s`` for the first) in
+    ``found``; how many records were read. An undecodable record is skipped, as ``bus.reader.scan``
+    skips it (it was dead-lettered when first consumed)."""
+    from cua_stream.bus.consumer import decode_message
+    from cua_stream.errors import RecordError
+    from cua_stream.topics import SCORES
+
+    topics = {scores.names[0]: SCORES}
+    records = await scores.poll(timeout_s)
+    for msg in records:
+        try:
+            event = decode_message(topics, msg).event
+        except RecordError:
+            continue
+        if event.episode_id in wanted:
+            found[event.episode_id] = event  # type: ignore[assignment]
+    return len(records)
 
 
 def waiting(scored: int, wanted: int, since_progress_s: float, stall_s: float = SCORED_STALL_S) -> bool:

@@ -16,13 +16,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from cua_stream import env_vars
 from cua_stream.config import ConfigError
 
-MAX_ITERATIONS_VAR = "HARBOR_AGENT_MAX_ITERATIONS"
+MAX_ITERATIONS_VAR = env_vars.HARBOR_MAX_ITERATIONS
 """Turn cap of one episode; becomes computer-1's ``max_turns``."""
-DESKTOP_WIDTH_VAR = "HARBOR_CUA_DESKTOP_WIDTH"
+DESKTOP_WIDTH_VAR = env_vars.HARBOR_DESKTOP_WIDTH
 """Desktop (Xvfb screen) and browser window width in pixels."""
-DESKTOP_HEIGHT_VAR = "HARBOR_CUA_DESKTOP_HEIGHT"
+DESKTOP_HEIGHT_VAR = env_vars.HARBOR_DESKTOP_HEIGHT
 """Desktop (Xvfb screen) and browser window height in pixels."""
 
 MAX_TURNS_RANGE = (1, 1_000_000)

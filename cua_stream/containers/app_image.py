@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from importlib import resources
 from pathlib import Path
 
+from cua_stream import env_vars
 from cua_stream.containers.dockerd import DockerHome
 from cua_stream.containers.images import LABEL, Built, build_context, digest, docker, image_label
 from cua_stream.containers.local_compose import checkout_root, mounts_env
@@ -77,7 +78,7 @@ def build_deps(
         )
     mounts = mounts_env(checkout)
     venv = str(checkout / ".venv")
-    python_home = mounts["CUA_PYTHON_HOME"]
+    python_home = mounts[env_vars.PYTHON_HOME]
     version = (Path(python_home) / "bin" / PY).resolve()
     wanted = digest(
         {}, runtime[1], str(version), json.dumps(installed(Path(venv) / "lib" / PY / "site-packages"))

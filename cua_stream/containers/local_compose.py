@@ -14,6 +14,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 
+from cua_stream import env_vars
 from cua_stream.containers.dockerd import DockerHome
 from cua_stream.errors import ContainerEngineError
 
@@ -31,7 +32,7 @@ SECRETS = ("MINIO_ROOT_PASSWORD", "ENGINE_API_KEY", "GATEWAY_API_KEY", "GATEWAY_
 """What the main file requires (``${VAR:?}``); each gets a fresh random value unless already set."""
 
 
-KAFKA_HOST_PORT = "KAFKA_HOST_PORT"
+KAFKA_HOST_PORT = env_vars.KAFKA_HOST_PORT
 """The variable compose/local.yml publishes Kafka's host listener on ``127.0.0.1:`` by (default 9092)."""
 
 
@@ -73,7 +74,7 @@ def mounts_env(checkout: Path) -> dict[str, str]:
         raise ContainerEngineError(
             f"{checkout}/.venv is missing (compose/local.yml mounts it): run bash scripts/setup.sh there"
         )
-    return {"CUA_CHECKOUT": str(checkout), "CUA_PYTHON_HOME": str(python.resolve().parents[1])}
+    return {env_vars.CHECKOUT: str(checkout), env_vars.PYTHON_HOME: str(python.resolve().parents[1])}
 
 
 def local_env(
@@ -86,7 +87,7 @@ def local_env(
         raise ContainerEngineError(
             f"{models}/{model_dir} holds no model: cua-stream make-tiny-model {models}/{model_dir}"
         )
-    wanted = {**mounts_env(checkout), "CUA_MODELS": str(models.resolve()), "MODEL_DIR": model_dir}
+    wanted = {**mounts_env(checkout), env_vars.MODELS: str(models.resolve()), "MODEL_DIR": model_dir}
     wanted.update({name: secrets.token_urlsafe(18) for name in SECRETS if not present.get(name)})
     return wanted
 
@@ -105,7 +106,7 @@ def docker_producer_env(home: DockerHome, trials: Path, docker_cli: str | None =
         "DOCKER_SOCKET": str(home.socket),
         "DOCKER_CLI": str(Path(cli).resolve()),
         "DOCKER_CLI_PLUGINS": str(home.compose_plugin.parent),
-        "CUA_TRIALS_DIR": str(trials.resolve()),
+        env_vars.TRIALS_DIR: str(trials.resolve()),
     }
 
 

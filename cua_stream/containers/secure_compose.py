@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cua_stream import env_vars
 from cua_stream.broker.tls import ensure_tls, tls_files
 from cua_stream.broker.users import ensure_passwords, password_file, scram_arguments, write_private
 from cua_stream.config import BusConfig
 
 BROKER_HOSTS = ("kafka", "kafka-2", "kafka-3")
 """The brokers' hostnames in the compose network (compose/docker-compose.yml, compose/kafka-3.yml)."""
-ENV = "CUA_KAFKA_SECRETS"
+ENV = env_vars.KAFKA_SECRETS
 
 
 def scram_users_file(folder: Path) -> Path:

@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio.to_thread
 from harbor.environments.base import BaseEnvironment, ExecResult
 
+from cua_stream import env_vars
 from cua_stream.desktop.namespace import EpisodeNamespace, NamespaceError
 from cua_stream.errors import TaskStartFailed
 
@@ -32,7 +33,7 @@ LOG_DIRS = ("agent", "verifier", "artifacts")
 """Harbor's output directories under /logs."""
 START_SCRIPT = "start.sh"
 START_TIMEOUT_S = 60
-DESKTOP_SIZE_ENV = "CUA_DESKTOP_SIZE"
+DESKTOP_SIZE_ENV = env_vars.DESKTOP_SIZE
 """``WxH``: start the episode's X server (display :1) at this size before the agent comes."""
 _START_X = (
     "setsid nohup Xvfb :1 -screen 0 {size}x24 -fbdir /var/tmp >/tmp/xvfb.log 2>&1 </dev/null & "
@@ -110,7 +111,7 @@ class LocalDesktopEnvironment(BaseEnvironment):
         user: str | int | None = None,
     ) -> ExecResult:
         ns = self._ns()
-        merged = {"CUA_PYTHON": sys.executable, **(self._merge_env(env) or {})}
+        merged = {env_vars.PYTHON: sys.executable, **(self._merge_env(env) or {})}
         result = await anyio.to_thread.run_sync(
             lambda: ns.run(command, cwd=cwd, env=merged, timeout_sec=timeout_sec)
         )

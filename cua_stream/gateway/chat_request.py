@@ -8,10 +8,16 @@ temperature (checked by the session). Ignored: fields that do not change samplin
 A request without ``cua_call_kind`` is recorded as an agent turn and counted (per session and in the
 gateway metrics): computer-1 through our binding always sets it, so a missing marker means a client
 outside the binding, and an agent turn is the only kind that needs no marker to be trained correctly.
+
+A body is read once per request (``read_body``): its fields and where its messages are, in one value
+that every consumer takes (the parse, the session's ``KnownRequest``, a teacher, which is sent the
+messages' own bytes); none of them reads the bytes again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +60,9 @@ class ChatCall:
     known: KnownRequest | None = None
     """This request's messages with their bytes, to read the session's next request faster (None when
     the body was not raw JSON or its messages could not be located)."""
+    sent_messages: Any = None
+    """A teacher session's messages as the client sent them, for its teacher: their JSON text
+    (``msgspec.Raw``, cut from the body, not decoded) where they were located, else decoded values."""
 
 
 class ChatBody(msgspec.Struct):
@@ -91,12 +100,29 @@ class ChatBody(msgspec.Struct):
 
 assert CALL_KIND_FIELD == "cua_call_kind"  # the field name above
 _decoder = msgspec.json.Decoder(ChatBody)
+_plain_decoder = msgspec.json.Decoder()
+"""For a teacher session's messages that could not be located (a body with two ``messages`` keys)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBody:
+    """A chat request's body as read once (``read_body``)."""
+
+    fields: ChatBody
+    layout: Layout | None
+    """Where its messages are (None: not raw JSON, or not located)."""
 
 
 def decode_body(raw: bytes | dict[str, Any]) -> ChatBody:
     """Decode a request body (raw JSON, or already decoded in tests and tools); 400 if malformed."""
-    try:
+    with _refused_as_bad_request():
         return _decoder.decode(raw if isinstance(raw, bytes) else msgspec.json.encode(raw))
+
+
+@contextmanager
+def _refused_as_bad_request() -> Iterator[None]:
+    try:
+        yield
     except msgspec.ValidationError as e:
         raise bad_request(f"request body: {e}") from None
     except msgspec.DecodeError as e:
@@ -106,7 +132,8 @@ def decode_body(raw: bytes | dict[str, Any]) -> ChatBody:
 
 
 def parse_chat_request(raw: bytes | dict[str, Any], session: Session) -> ChatCall:
-    body, layout = _decode(raw, session.known_request)
+    read = read_body(raw, session.known_request)
+    body, layout = read.fields, read.layout
     for name in FORBIDDEN_FIELDS:
         if getattr(body, name) is not None:
             raise bad_request(f"{name}: the session gateway owns the token ids; clients may not supply them")
@@ -134,20 +161,45 @@ def parse_chat_request(raw: bytes | dict[str, Any], session: Session) -> ChatCal
         stream=bool(body.stream),
         model=str(body.model or ""),
         known=known,
+        sent_messages=_as_sent(raw, read) if session.teacher is not None else None,
     )
 
 
-def _decode(raw: bytes | dict[str, Any], known: KnownRequest | None) -> tuple[ChatBody, Layout | None]:
-    """The body, read past the messages it shares with the session's previous request when it can be
-    (``request_prefix``), and where its messages are (None when they cannot be located)."""
+def _as_sent(raw: bytes | dict[str, Any], read: RequestBody) -> Any:
+    """The messages as the client sent them: their bytes where the read located them (no decode)."""
     if not isinstance(raw, bytes):
-        return decode_body(raw), None
+        return raw.get("messages")
+    if read.fields.messages is None:
+        return None
+    if read.layout is None:
+        return _plain_decoder.decode(raw).get("messages")
+    layout = read.layout
+    start = end = len(layout.head)
+    if layout.ends:
+        end = layout.ends[-1]
+    elif layout.known is not None and layout.n_known:  # every message known: a retry
+        end = layout.known.ends[layout.n_known - 1]
+    return msgspec.Raw(b"[" + raw[start:end] + b"]")
+
+
+def read_body(raw: bytes | dict[str, Any], known: KnownRequest | None) -> RequestBody:
+    """The body, read once: past the messages it shares with the session's previous request when it can
+    be (``request_prefix``), with where its messages are (None when they cannot be located)."""
+    if not isinstance(raw, bytes):
+        return RequestBody(decode_body(raw), None)
+    return RequestBody(*_decode_bytes(raw, known))
+
+
+def _decode_bytes(raw: bytes, known: KnownRequest | None) -> tuple[ChatBody, Layout | None]:
+    """The fields of a raw body, and where its messages are: past the known messages when it shares some
+    (one decode of the spliced body), else decoded in full (a failed spliced decode too, so that the
+    refusal names the positions of the original body)."""
     cut = request_prefix.split(raw, known)
     if cut is not None:
         try:
             body = _decoder.decode(cut.spliced)
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            pass  # decoded in full below, so that the refusal names the positions of the original body
+            pass  # decoded in full below
         else:
             layout = cut.layout(raw)
             if layout is not None and body.messages is not None and len(body.messages) == len(layout.ends):

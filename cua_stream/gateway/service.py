@@ -5,8 +5,9 @@ modules it calls.
 The chat path, in order (steps 4 and 5 in ``recording``):
 
 1. Refuse early: unknown session (404), draining (503, after holding the call up to ``drain_hold_s``
-   for the weight update to finish), invalid request or temperature (400). The body is read past
-   the messages it shares byte for byte with the session's previous request (request_prefix).
+   for the weight update to finish), invalid request or temperature (400). The body is read once
+   (``chat_request.read_body``), past the messages it shares byte for byte with the session's
+   previous request (request_prefix).
 2. Match the parent call (calltree); refuse to extend a reply cut by length (409).
 3. Render only the new part (rendering): the parent's exact ids + glue + appended messages.
 4. Call the engine's /generate (the history's ids and images go in as the parent's JSON); a session
@@ -33,7 +34,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-import msgspec
 
 from cua_stream.blobs import BlobStore
 from cua_stream.bus.producer import EventSink
@@ -208,7 +208,7 @@ class Gateway:
         session.last_active = self._clock()
         try:
             with self.gate.in_flight_call():
-                return await self._generate_and_record(session, call, started_at, t0, body)
+                return await self._generate_and_record(session, call, started_at, t0)
         except Refusal as r:
             return refusal_reply(r)
         except EngineHTTPError as e:
@@ -299,11 +299,11 @@ class Gateway:
         )
 
     async def _generate_and_record(
-        self, session: Session, call: ChatCall, started_at: float, t0: float, body: bytes | dict[str, Any]
+        self, session: Session, call: ChatCall, started_at: float, t0: float
     ) -> Reply:
         prepared = await self.prepare_async(session, call)
         prep_ms = (time.perf_counter() - t0) * 1e3
-        forced = await self._teacher_reply(session, prepared, body) if session.teacher else None
+        forced = await self._teacher_reply(session, prepared) if session.teacher else None
         # a bounded engine serves training's waiting calls before evaluation's (``priority``)
         async with self.engine_slots.slot(priority_of(session.run_id)):
             reply, images = await generate_storing_images(
@@ -330,14 +330,11 @@ class Gateway:
             return Reply(200, raw=stream_body(body), media_type="text/event-stream")
         return Reply(200, body)
 
-    async def _teacher_reply(
-        self, session: Session, prepared: Prepared, body: bytes | dict[str, Any]
-    ) -> Forced:
+    async def _teacher_reply(self, session: Session, prepared: Prepared) -> Forced:
         """The teacher's reply text and its ids as the policy's completion (the reply, then the
         end-of-turn token the policy would stop on)."""
         assert self.teacher is not None and session.teacher is not None
-        messages = (msgspec.json.decode(body) if isinstance(body, bytes) else body).get("messages")
-        text = await self.teacher.reply(session.teacher, messages)
+        text = await self.teacher.reply(session.teacher, prepared.call.sent_messages)
         ids = [*self.renderer.encode(text), self.renderer.im_end_id]
         if len(ids) > prepared.call.sampling["max_new_tokens"]:
             raise Refusal(

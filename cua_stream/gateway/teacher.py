@@ -17,6 +17,7 @@ import re
 from typing import Any, Protocol
 
 import httpx
+import msgspec
 
 from cua_stream.gateway.refusal import Refusal
 
@@ -25,8 +26,9 @@ TEACHER_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}(/[A-Za-z0-9_-][A-
 
 
 class Teacher(Protocol):
-    async def reply(self, name: str, messages: list[Any]) -> str:
-        """The teacher's reply text to the conversation ``messages`` (OpenAI format)."""
+    async def reply(self, name: str, messages: list[Any] | msgspec.Raw) -> str:
+        """The teacher's reply text to the conversation ``messages`` (OpenAI format: decoded, or the JSON
+        text of the array as the client sent it)."""
         ...
 
 
@@ -39,10 +41,12 @@ class HttpTeacher:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def reply(self, name: str, messages: list[Any]) -> str:
+    async def reply(self, name: str, messages: list[Any] | msgspec.Raw) -> str:
+        # msgspec writes a Raw's bytes as they are: the client's messages reach the teacher undecoded
+        body = msgspec.json.encode({"model": name, "messages": messages})
         try:
             r = await self._http.post(
-                f"/{name}/v1/chat/completions", json={"model": name, "messages": messages}
+                f"/{name}/v1/chat/completions", content=body, headers={"content-type": "application/json"}
             )
         except httpx.HTTPError as e:
             raise Refusal(

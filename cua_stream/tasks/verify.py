@@ -28,7 +28,7 @@ def main() -> None:
         "--threshold", type=float, default=DEFAULT_THRESHOLD, help="miniwob/*: the raw reward that succeeds"
     )
     args = parser.parse_args()
-    seed = int(os.environ["CUA_TASK_SEED"])
+    seed = int(os.environ["CUA_TASK_SEED"])  # env_vars.TASK_SEED: the tasks image carries no env_vars
     with urllib.request.urlopen(f"http://127.0.0.1:{args.port}/state", timeout=10) as r:
         events = json.loads(r.read())["events"]
     REWARD.parent.mkdir(parents=True, exist_ok=True)

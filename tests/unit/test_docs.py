@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 REFERENCE = ROOT / "docs" / "reference"
-PAGES = ("cli.md", "config.md")
+PAGES = ("cli.md", "config.md", "environment.md")
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,8 @@ from producers.environments import (
 )
 from producers.episode import EpisodeRun
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def run(episode_id: str = "r-g0-e0", attempt: int = 7) -> EpisodeRun:
     work = WorkRequest(run_id="r", group_id="r-g0", episode_id=episode_id, task=TaskRef(name="click-test"),
@@ -103,7 +105,12 @@ def test_the_tasks_image_carries_only_standard_library_code() -> None:
         for node in ast.walk(ast.parse(data)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
+                # ``from cua_stream import x`` imports the module cua_stream/x.py, which must be carried too
+                submodules = [f"{node.module}.{a.name}" for a in node.names]
+                names = [
+                    node.module,
+                    *(m for m in submodules if (ROOT / f"{m.replace('.', '/')}.py").is_file()),
+                ]
             for name in names:
                 top = name.split(".")[0]
                 assert top in sys.stdlib_module_names or top in ("cua_stream", "__future__"), (rel, name)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cua_stream.app.chaos.config import ChaosConfig
 from cua_stream.app.chaos.daemons import Daemon
-from cua_stream.config import BusConfig
+from cua_stream.config import BusConfig, env_names
 from cua_stream.tasks import TASKS
 
 
@@ -84,12 +84,13 @@ def shared_bus(bus: BusConfig) -> dict[str, str]:
     return section
 
 
+PRINCIPAL_FIELDS = ("sasl_username", "sasl_password_file")
+"""The [bus] fields that name a daemon's principal (``principal_env``)."""
+
+
 def principal_env(client_bus: Mapping[str, str]) -> dict[str, str]:
     """A daemon's principal as the environment variables its [bus] section reads them from."""
-    return {
-        "CUA_SASL_USERNAME": client_bus["sasl_username"],
-        "CUA_SASL_PASSWORD_FILE": client_bus["sasl_password_file"],
-    }
+    return {env_names("bus", field)[0]: client_bus[field] for field in PRINCIPAL_FIELDS}
 
 
 def daemons(

@@ -40,7 +40,7 @@ from cua_stream.bus.acl import ADMIN, acls
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.connect import client_security
 from cua_stream.bus.reader import scan
-from cua_stream.config import BusConfig, ConfigError, convert
+from cua_stream.config import BusConfig, ConfigError, convert, env_names
 from cua_stream.errors import DaemonDidNotStart, PortInUse
 from cua_stream.events import Discard, TrainStep
 from cua_stream.topics import OUTCOMES, SCORES, TRAIN_STEPS, WORK
@@ -157,7 +157,9 @@ class Chaos:
             episodes=len({w.episode_id for w in log.work}),
             points=self.sampler.points if self.sampler else [],
             soak=cfg.duration_s > 0,
-            principals={n: d.env["CUA_SASL_USERNAME"] for n, d in self.daemons.items() if d.env},
+            principals={
+                n: d.env[env_names("bus", "sasl_username")[0]] for n, d in self.daemons.items() if d.env
+            },
             discards=dict(Counter(s.verdict.reason for s in log.scores if isinstance(s.verdict, Discard))),
             drops=dict(Counter(d.reason for d in log.drops)),
         )

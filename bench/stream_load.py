@@ -308,18 +308,31 @@ def print_point(p: dict[str, Any]) -> None:
 
 def per_core_costs(points: list[dict[str, Any]], command: str) -> dict[str, Any]:
     """The costs ``cua-stream plan`` reads: at the busiest point (the knee, or the last), the gateway's
-    CPU per 1,000 turns and its memory per session in flight."""
+    CPU per 1,000 turns and its memory per session in flight (both at that point's request bodies)."""
     best = max(points, key=lambda p: p["turns_per_s"])
     return {
         "measured_by": command,
         "measured_at": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": f"{os.cpu_count()} cores, shared with other work: noisy",
         "gateway_cpu_s_per_1000_turns": round(best["gateway_cpu_s_per_1000_turns"], 3),
-        "gateway_mb_per_session": round(max(p["gateway_mb_per_session"] for p in points), 3),
+        "gateway_mb_per_session": round(best["gateway_mb_per_session"], 3),
         "at_sessions": best["sessions"],
         "at_turns_per_s": round(best["turns_per_s"], 2),
         "at_body_kb": round(best["body_kb"]),
     }
+
+
+def check_model(points: list[dict[str, Any]], measured: dict[str, Any]) -> None:
+    """The capacity model's gateway cores at each point, from the busiest point's costs, beside the
+    measured ones (the model is checked where it was not fitted)."""
+    from cua_stream.capacity import gateway_cores, load_costs
+
+    costs = load_costs(json.dumps(measured))
+    print("capacity model (cua_stream.capacity.gateway_cores, costs of the busiest point) against measured:")
+    for p in points:
+        model = gateway_cores(p["turns_per_s"], p["body_kb"], costs)
+        print(f"{p['sessions']:>8} sessions: model {model:5.2f} cores, measured {p['gateway_cores']:5.2f}"
+              f" ({model / p['gateway_cores']:.2f}x)")  # fmt: skip
 
 
 def main() -> None:
@@ -370,6 +383,8 @@ def main() -> None:
             for process in (gateway, engine):
                 process.terminate()
                 process.wait(timeout=30)
+    if points:
+        check_model(points, per_core_costs(points, ""))
     if args.costs_out and points:
         command = "python bench/stream_load.py " + " ".join(sys.argv[1:])
         args.costs_out.write_text(json.dumps(per_core_costs(points, command), indent=2) + "\n")

@@ -1,10 +1,11 @@
 """The gateway's curve: turns/s against offered load (sessions in flight) up to its knee, through the real
 gateway (its own process) against the simulated engine (``bench/fixtures/sim_engine.py``, its own
 process: a cited latency model of a batched GPU server, a benchmark fixture), with episodes of realistic
-shape (``bench/fixtures/episode_shapes.py``: recorded runs, or stated defaults).
+shape (``bench/fixtures/episode_shapes.py``: a recorded run's turn records, ``--shapes-from`` the lines
+``cua-stream tap turns --json`` printed, or stated defaults).
 
     .venv/bin/python bench/stream_load.py [--sessions 1 4 16 64 256] [--seconds 5] [--warmup 2]
-        [--speedup 1.0] [--bootstrap host:port] [--costs-out bench/costs.json]
+        [--speedup 1.0] [--bootstrap host:port] [--costs-out bench/costs.json] [--shapes-from turns.jsonl]
 
 Each session plays computer-1's part: an episode's turns back to back (every screenshot of the history in
 every request, a new screenshot each turn, the completion length of the shape as ``max_tokens``, a
@@ -47,7 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
 
-from bench.fixtures.episode_shapes import DEFAULT_SHAPES, ShapeDistribution, TurnShape, sample_episode
+from bench.fixtures.episode_shapes import (
+    DEFAULT_SHAPES,
+    ShapeDistribution,
+    TurnShape,
+    call_records_of_tap_lines,
+    sample_episode,
+    shapes_from_records,
+)
 from cua_stream.metrics import quantile
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -348,10 +356,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--bootstrap", default="", help="Kafka for the records (else encoded and dropped)")
     ap.add_argument("--costs-out", type=Path, help="write the per-core costs JSON here")
+    ap.add_argument(
+        "--shapes-from", type=Path, help="episode shapes from `cua-stream tap turns --json` lines"
+    )
     args = ap.parse_args()
     if sorted(args.sessions) != args.sessions or args.sessions[0] < 1:
         ap.error("--sessions: increasing, from 1 up")
     shapes = DEFAULT_SHAPES
+    if args.shapes_from:
+        with args.shapes_from.open() as lines:
+            shapes = shapes_from_records(call_records_of_tap_lines(lines), source=str(args.shapes_from))
     im_end = renderer_of_tiny_model().im_end_id
     here = Path(__file__).resolve()
     engine_port = args.port + 1

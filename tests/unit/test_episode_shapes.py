@@ -4,12 +4,27 @@ sizes, turn counts, compactions), and the sampler draws episodes only from them.
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
-from bench.fixtures.episode_shapes import DEFAULT_SHAPES, sample_episode, shapes_from_records
-from cua_stream.events import CallKind, ImageRef, Logprobs, OutcomeEvent, SummaryEvent, TokenIds, TurnEvent
+from bench.fixtures.episode_shapes import (
+    DEFAULT_SHAPES,
+    call_records_of_tap_lines,
+    sample_episode,
+    shapes_from_records,
+)
+from cua_stream.events import (
+    CallKind,
+    ImageRef,
+    Logprobs,
+    OutcomeEvent,
+    SummaryEvent,
+    TokenIds,
+    TurnEvent,
+    to_builtins,
+)
 
 
 def turn(episode: str, seq: int, prompt: int, completion: int, *, root: bool = False, kb: int = 100,
@@ -82,3 +97,10 @@ def test_episodes_are_drawn_from_the_samples_only() -> None:
     rate = sum(t.compaction for t in later) / len(later)
     assert 0.01 < rate < 0.08  # 0.04 stated; 200 episodes of ~25 turns
     assert sample_episode(shapes, random.Random(3)) == episodes[0]  # seeded: the same episode
+
+
+def test_tap_json_lines_give_back_the_call_records() -> None:
+    records = [turn("a", 0, IMAGE + 1500, 100), turn("a", 1, 50, 20, summary=True)]
+    lines = [json.dumps({"topic": "cua.turns", "event": to_builtins(r)}) for r in records]
+    lines += ["", json.dumps({"event": {"type": "outcome"}}), json.dumps({"event": {"type": "turn"}})]
+    assert list(call_records_of_tap_lines(lines)) == records  # the outcome and the broken turn skipped

@@ -11,7 +11,7 @@ a named constant below with where it comes from; the measured costs are ``MEASUR
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import msgspec
 
@@ -20,8 +20,8 @@ DEFAULT_TURN_S = 4.0
 at a batch of tens, by ``bench/fixtures/latency_model.py``) plus the action and the next screenshot on the
 desktop (assumed 2-3 s). An assumption: measure it on a real desktop fleet (``bench/producer_desktops.py``)."""
 CORE_BUDGET = 0.5
-"""The share of a core each gateway plans to use: half, so a burst or a longer history stays below the
-knee (on the curve the knee came at a fully used core)."""
+"""The share of a core each gateway is planned to use: half, headroom for bursts and longer histories (an
+assumption: the curve measured on a shared 2-core machine could not show where a dedicated core kneels)."""
 GATEWAY_MEMORY_MB = 16_384
 """Memory a gateway host gives the gateway process (an assumption: a 32 GB host, half of it)."""
 EPISODES_PER_PRODUCER = 512
@@ -86,15 +86,15 @@ class Deployment:
     gpus: int
     episodes_per_gpu: int = 16
     """Episodes in flight per GPU (each GPU one engine)."""
-    turns: int = 30
-    """Turns per episode."""
+    turns_per_episode: int = 30
+    """Turns per episode (``--turns``)."""
     screenshot_kb: float = 150.0
     """One screenshot's size (KB, as stored)."""
     turn_s: float = DEFAULT_TURN_S
     """Seconds per turn, generation and action (``DEFAULT_TURN_S`` says what it assumes)."""
 
     def __post_init__(self) -> None:
-        for name in ("gpus", "episodes_per_gpu", "turns", "screenshot_kb", "turn_s"):
+        for name in (f.name for f in fields(self)):  # every input is a positive number
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name.replace('_', '-')} must be > 0, got {getattr(self, name)}")
 
@@ -110,7 +110,7 @@ class Line:
 
 def mean_body_kb(d: Deployment) -> float:
     """The mean request body over an episode: turn k carries k screenshots, base64 (text is small)."""
-    return d.screenshot_kb * BASE64_GROWTH * (d.turns + 1) / 2
+    return d.screenshot_kb * BASE64_GROWTH * (d.turns_per_episode + 1) / 2
 
 
 def body_scale(body_kb: float, costs: PerCoreCosts) -> float:
@@ -146,7 +146,7 @@ def plan(d: Deployment, costs: PerCoreCosts = MEASURED) -> tuple[Line, ...]:
         Line("episodes in flight", episodes, "", f"{d.gpus} GPUs x {d.episodes_per_gpu} episodes"),
         Line("turns/s", turns_s, "/s", f"{episodes} episodes / {d.turn_s:g} s per turn"),
         Line("mean request body", body, "KB",
-             f"{d.screenshot_kb:g} KB x {BASE64_GROWTH:.3g} (base64) x ({d.turns} turns + 1) / 2"),
+             f"{d.screenshot_kb:g} KB x {BASE64_GROWTH:.3g} (base64) x ({d.turns_per_episode} turns + 1) / 2"),
         Line("gateway CPU per turn", cpu_turn * 1e3, "ms",
              f"{costs.gateway_cpu_s_per_1000_turns:g} ms measured at {costs.at_body_kb:g} KB x {scale:.2f}"),
         Line("gateway cores", cores, "", f"{turns_s:.1f} turns/s x {cpu_turn * 1e3:.2f} ms"),

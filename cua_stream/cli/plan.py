@@ -20,7 +20,9 @@ def plan_command(
     episodes_per_gpu: Annotated[
         int | None, plan_option(Deployment, "episodes_per_gpu", help="Episodes in flight per GPU.")
     ] = None,
-    turns: Annotated[int | None, plan_option(Deployment, "turns", help="Turns per episode.")] = None,
+    turns: Annotated[
+        int | None, plan_option(Deployment, "turns_per_episode", "--turns", help="Turns per episode.")
+    ] = None,
     screenshot_kb: Annotated[
         float | None, plan_option(Deployment, "screenshot_kb", help="One screenshot's size, KB.")
     ] = None,
@@ -40,8 +42,9 @@ def plan_command(
     assumptions docs/capacity.md states.
 
     Example: cua-stream plan --gpus 1000 --episodes-per-gpu 16 --turns 30 --screenshot-kb 150"""
-    given = {"episodes_per_gpu": episodes_per_gpu, "turns": turns, "screenshot_kb": screenshot_kb,
-             "turn_s": turn_s}  # fmt: skip
+    given = dict(
+        episodes_per_gpu=episodes_per_gpu, turns_per_episode=turns, screenshot_kb=screenshot_kb, turn_s=turn_s
+    )
     deployment = Deployment(gpus=gpus, **{k: v for k, v in given.items() if v is not None})
     if costs is not None:
         try:

@@ -21,7 +21,7 @@ def values(d: Deployment, costs: PerCoreCosts = COSTS) -> dict[str, float]:
 
 
 def test_a_deployment_computed_by_hand() -> None:
-    d = Deployment(gpus=100, episodes_per_gpu=10, turns=14, screenshot_kb=150, turn_s=5)
+    d = Deployment(gpus=100, episodes_per_gpu=10, turns_per_episode=14, screenshot_kb=150, turn_s=5)
     assert mean_body_kb(d) == pytest.approx(150 * 4 / 3 * 15 / 2)  # 1,500 KB: costs x 1.5
     v = values(d)
     assert v["episodes in flight"] == 1000
@@ -39,9 +39,9 @@ def test_a_deployment_computed_by_hand() -> None:
 
 def test_gateways_bound_by_memory_and_a_large_bus() -> None:
     heavy = PerCoreCosts(gateway_cpu_s_per_1000_turns=0.1, gateway_mb_per_session=1000, at_body_kb=1000)
-    d = Deployment(gpus=100, episodes_per_gpu=10, turns=14, screenshot_kb=150, turn_s=5)
+    d = Deployment(gpus=100, episodes_per_gpu=10, turns_per_episode=14, screenshot_kb=150, turn_s=5)
     assert values(d, heavy)["gateways"] == 92  # ceil(1000 x 1,500 MB / 16,384 MB) = ceil(91.55)
-    many = Deployment(gpus=10_000, episodes_per_gpu=10, turns=1, screenshot_kb=1, turn_s=1)
+    many = Deployment(gpus=10_000, episodes_per_gpu=10, turns_per_episode=1, screenshot_kb=1, turn_s=1)
     v = values(many, COSTS)
     # 100,000 turns/s: bytes ceil(390.6 MB/s / 10) = 40 bind before events (100,000 / 5,000 = 20)
     assert v["turn-topic partitions"] == 40
@@ -49,12 +49,12 @@ def test_gateways_bound_by_memory_and_a_large_bus() -> None:
 
 
 def test_costs_are_never_scaled_below_the_measured_point() -> None:
-    small = Deployment(gpus=1, episodes_per_gpu=1, turns=1, screenshot_kb=1, turn_s=1)
+    small = Deployment(gpus=1, episodes_per_gpu=1, turns_per_episode=1, screenshot_kb=1, turn_s=1)
     assert values(small)["gateway CPU per turn"] == pytest.approx(2.0)
 
 
 def test_each_line_shows_its_formula_with_the_numbers() -> None:
-    d = Deployment(gpus=100, episodes_per_gpu=10, turns=14, screenshot_kb=150, turn_s=5)
+    d = Deployment(gpus=100, episodes_per_gpu=10, turns_per_episode=14, screenshot_kb=150, turn_s=5)
     lines = {line.name: line.formula for line in plan(d, COSTS)}
     assert lines["gateways"] == "max(ceil(0.60 cores / 0.5 a core) = 2, ceil(1000 x 15.0 MB / 16384 MB) = 1)"
     assert lines["producer processes"] == "ceil(1000 episodes / 512 a process)"
@@ -62,7 +62,9 @@ def test_each_line_shows_its_formula_with_the_numbers() -> None:
     assert "gateways" in text and "assumptions: docs/capacity.md" in text
 
 
-@pytest.mark.parametrize("field", ["gpus", "episodes_per_gpu", "turns", "screenshot_kb", "turn_s"])
+@pytest.mark.parametrize(
+    "field", ["gpus", "episodes_per_gpu", "turns_per_episode", "screenshot_kb", "turn_s"]
+)
 def test_non_positive_inputs_are_refused(field: str) -> None:
     given = {"gpus": 1, field: 0}
     with pytest.raises(ValueError, match=field.replace("_", "-")):

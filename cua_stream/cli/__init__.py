@@ -59,6 +59,7 @@ SUBCOMMANDS: dict[str, str] = {
     "runs": "cua_stream.cli.runs:app",
     "retrain": "cua_stream.cli.retrain:retrain",
     "export-metrics": "cua_stream.cli.export_metrics:export_metrics",
+    "plan": "cua_stream.cli.plan:plan_command",
     "broker": "cua_stream.cli.broker:app",
     "topics": "cua_stream.cli.topics:app",
     "acl": "cua_stream.cli.acl:app",
@@ -73,6 +74,7 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Start here": ("demo", "learn", "eval", "record-oracle", "sft", "launch"),
     "Daemons": ("trainer", "producer", "scorer", "gateway", "engine", "dashboard", "policies"),
     "Observe and debug": ("tap", "inspect", "replay", "runs", "retrain", "export-metrics"),
+    "Plan": ("plan",),
     "Operate": ("broker", "topics", "acl", "containers", "desktop", "tasks", "make-tiny-model", "chaos"),
 }
 """The headings `cua-stream --help` groups the commands under, by the job a reader comes with: the

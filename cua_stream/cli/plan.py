@@ -10,8 +10,8 @@ from typing import Annotated
 import typer
 
 from cua_stream.capacity import MEASURED, Deployment, load_costs, plan, render
-from cua_stream.cli._common import friendly_errors
-from cua_stream.cli._defaults import plan_option
+from cua_stream.cli.common import friendly_errors
+from cua_stream.cli.defaults import plan_option
 
 
 @friendly_errors

@@ -109,7 +109,7 @@ def follow(
     --until-version): the table printed, the results published and written per version; resumable.
 
     Example: cua-stream eval follow r1 --model-path models/tiny --tasks click-button --every 2"""
-    from consumers.trainer.feeder import sampling_of
+    from consumers.trainer.stream.feeder import sampling_of
     from cua_stream.demo import tiny_model_dir
 
     shared = _shared(engine, gateway_url)

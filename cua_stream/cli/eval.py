@@ -112,7 +112,7 @@ def run(
     success (95 % Wilson interval), pass@k, reward, turns and time per task; write the episodes as JSON.
 
     Example: cua-stream eval run --policy oracle --tasks click-button --environment scripted --seeds 2"""
-    from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, sampling_of
+    from consumers.trainer.stream.feeder import DEMONSTRATION_SAMPLING, sampling_of
     from cua_stream.demo import tiny_model_dir
 
     plan = checked_plan(tasks, samples, seeds, first_seed, policy, model_path)

@@ -217,7 +217,7 @@ def learn(
     Example: cua-stream learn --tasks click-button --budget-minutes 30"""
     from transformers.utils import logging as transformers_logging
 
-    from consumers.trainer.feeder import demonstration_work, sampling_of
+    from consumers.trainer.stream.feeder import demonstration_work, sampling_of
     from cua_stream.desktop.doctor import require_desktop
     from cua_stream.evaluate import Evaluation
     from cua_stream.learn import success_by_task

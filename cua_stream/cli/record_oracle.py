@@ -61,7 +61,7 @@ def record_oracle(
     engine; score them with the real verifiers; print what was recorded and the `sft` command.
 
     Example: cua-stream record-oracle --tasks click-button --seeds 4 --run-id demos-1"""
-    from consumers.trainer.feeder import demonstration_work
+    from consumers.trainer.stream.feeder import demonstration_work
     from cua_stream.demo import tiny_model_dir
 
     chosen = require_playable("oracle", parse_tasks(tasks), "--tasks")

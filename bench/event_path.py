@@ -44,8 +44,8 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
-from consumers.trainer.intake import INPUTS, set_barriers
-from consumers.trainer.join import Join
+from consumers.trainer.stream.intake import INPUTS, set_barriers
+from consumers.trainer.stream.join import Join
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.codec import encode_record
 from cua_stream.bus.consumer import decode_message

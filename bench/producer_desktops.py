@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 
-from consumers.trainer.feeder import work_for_group
+from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.app.demo import TEMPERATURE, tiny_model_dir
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer

@@ -36,7 +36,7 @@ import anyio
 import httpx
 from fastapi import FastAPI, Request
 
-from consumers.trainer.feeder import work_for_group
+from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig

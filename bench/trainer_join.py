@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import TopicPartition
 
-from consumers.trainer.intake import set_barriers
-from consumers.trainer.join import Join
-from consumers.trainer.samples import assemble
+from consumers.trainer.episodes.samples import assemble
+from consumers.trainer.stream.intake import set_barriers
+from consumers.trainer.stream.join import Join
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.consumer import (
     decode_message,

@@ -29,8 +29,8 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch
 from PIL import Image
 
-from consumers.trainer.samples import assemble
-from consumers.trainer.torch_backend import TorchBackend
+from consumers.trainer.backends.torch_backend import TorchBackend
+from consumers.trainer.episodes.samples import assemble
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.engine.forward import prompt_position_ids, token_logprobs
 from cua_stream.events import CallKind, Logprobs, TokenIds, TurnEvent
@@ -78,7 +78,7 @@ def episode(model_dir: Path, blobs: LocalBlobStore, turns: int) -> TurnEvent:
 
 def full_logits(backend: TorchBackend, sample: object) -> torch.Tensor:
     """The former path: every position projected on the vocabulary, then the trained ones picked."""
-    from consumers.trainer.sample_images import pixel_inputs
+    from consumers.trainer.episodes.sample_images import pixel_inputs
 
     ids = torch.tensor([list(sample.tokens)], dtype=torch.long)  # type: ignore[attr-defined]
     pixel_values, grid = pixel_inputs(sample.images, backend.blobs, backend.processor.image_processor)  # type: ignore[attr-defined]

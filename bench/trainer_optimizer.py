@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch
 from trainer_logits import episode  # also sets the offline environment
 
-from consumers.trainer.samples import assemble
-from consumers.trainer.torch_backend import TorchBackend
+from consumers.trainer.backends.torch_backend import TorchBackend
+from consumers.trainer.episodes.samples import assemble
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.models.tiny import SIZES, make_tiny_model
 

@@ -54,7 +54,7 @@ SECTIONS: Mapping[str, str] = MappingProxyType(
         "producer": "producers.config:ProducerConfig",
         "scorer": "consumers.scorer.config:ScorerConfig",
         "trainer": "consumers.trainer.config:TrainerConfig",
-        "sft": "consumers.trainer.sft:SftConfig",
+        "sft": "consumers.trainer.sft.demonstrations:SftConfig",
         "chaos": "cua_stream.app.chaos.config:ChaosConfig",
         "dashboard": "consumers.dashboard.config:DashboardConfig",
     }

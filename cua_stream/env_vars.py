@@ -71,7 +71,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar(name=LOG_LEVEL, meaning="Logging level of every command and daemon (a name or a number).",
            reader="cua_stream.config.log_level", default="WARNING"),
     EnvVar(name=MEGATRON_PYTHON, meaning="megatron-bridge's Python, which runs the Megatron trainer's worker.",
-           reader="consumers.trainer.megatron_vl_backend", default="what scripts/megatron-env.sh prints"),
+           reader="consumers.trainer.backends.megatron_vl_backend", default="what scripts/megatron-env.sh prints"),
     EnvVar(name=HARBOR_MAX_ITERATIONS, meaning="Turn cap of one computer-1 episode (its max_turns).",
            reader="cua_stream.binding.harbor_env", default="the producer's own turn cap"),
     EnvVar(name=HARBOR_DESKTOP_WIDTH, meaning="Desktop and browser window width of an episode, in pixels.",

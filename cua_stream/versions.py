@@ -34,7 +34,7 @@ def too_stale(latest: int, version: int, bound: int | None) -> bool:
 MAX_VERSION = 2**31 - 1
 """The newest version a record may carry: the trainer holds each token's version as an int32 (a run would
 need a step a second for 68 years to reach it). A version beyond it, or below 0, is not one the trainer
-published: the record carrying it is dead-lettered (``consumers.trainer.checks``)."""
+published: the record carrying it is dead-lettered (``consumers.trainer.episodes.checks``)."""
 
 
 def is_version(version: int) -> bool:

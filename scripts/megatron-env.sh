@@ -10,7 +10,8 @@
 # ones. Measured on this CPU host (no pip cache): 155 s and 5.7 GB the first time, almost all of it torch
 # (PyPI's Linux wheel is the CUDA build; download.pytorch.org's CPU wheels were not reachable from here).
 # transformer-engine is not installed: its torch extension (transformer-engine-torch) is source-only and
-# builds with CUDA; consumers/trainer/megatron/worker.py stands in megatron-core's local modules for it.
+# builds with CUDA; consumers/trainer/backends/megatron/worker.py stands in megatron-core's local modules
+# for it.
 #
 # CUA_MEGATRON_VENV chooses the venv (default ~/.cache/cua-stream/megatron-bridge-0.6.2).
 set -euo pipefail
@@ -54,7 +55,7 @@ rm -f "$VENV/.cua-megatron"
   echo "megatron-env: installing megatron-core / megatron-bridge failed (above)" >&2
   exit 1
 }
-"$python" "$here/../consumers/trainer/megatron/worker.py" --check-imports >"$VENV/.check-imports.log" 2>&1 || {
+"$python" "$here/../consumers/trainer/backends/megatron/worker.py" --check-imports >"$VENV/.check-imports.log" 2>&1 || {
   cat "$VENV/.check-imports.log" >&2
   echo "megatron-env: megatron-bridge's Qwen3-VL code does not import in $VENV (a missing dependency?)" >&2
   exit 1

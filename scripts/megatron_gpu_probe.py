@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # cua_stream.models.tiny (transformers only)
 # the worker as it runs (by its file): its own folder first on the path, where it finds megatron_cpu
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumers/trainer/megatron"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumers/trainer/backends/megatron"))
 
 from worker import Trainer
 

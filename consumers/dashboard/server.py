@@ -41,9 +41,9 @@ from consumers.dashboard.web import (
     busy,
     unless_client_leaves,
 )
-from consumers.trainer.inspect import StepBatch, StepRules
-from consumers.trainer.inspect_read import read_step
-from consumers.trainer.inspect_render import Text, step_document, step_text
+from consumers.trainer.inspect.read import read_step
+from consumers.trainer.inspect.render import Text, step_document, step_text
+from consumers.trainer.inspect.step import StepBatch, StepRules
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.codec import json_line
 from cua_stream.bus.consumer import (
@@ -149,7 +149,7 @@ def build_app(
     rebuild: StepReader = read_step,
 ) -> FastAPI:
     """``rules``: the trainer's group rules and ``max_seq_len`` (its config section), for the inspect route;
-    ``rebuild`` reads and rebuilds a step (``consumers.trainer.inspect_read.read_step``)."""
+    ``rebuild`` reads and rebuilds a step (``consumers.trainer.inspect.read.read_step``)."""
     board = board or Board()
     rules = rules or StepRules()
     blobs = open_blob_store(config.blobs)

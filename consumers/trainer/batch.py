@@ -4,9 +4,9 @@ advantage and the episode's index in the step. Pure."""
 
 from __future__ import annotations
 
-from consumers.trainer.stale_mask import mask_episodes
+from consumers.trainer.backends.torch_backend import TrainItem
+from consumers.trainer.grpo.stale_mask import mask_episodes
 from consumers.trainer.state import Queued
-from consumers.trainer.torch_backend import TrainItem
 
 
 def train_items(

@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 
 from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.feeder import missing_work
-from consumers.trainer.join import Join
+from consumers.trainer.stream.feeder import missing_work
+from consumers.trainer.stream.join import Join
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig

@@ -9,9 +9,9 @@ from typing import Any, Literal
 
 import msgspec
 
-from consumers.trainer.feeder import sampling_of
-from consumers.trainer.grpo import GroupPolicy
-from consumers.trainer.loss_config import LossConfig
+from consumers.trainer.grpo.groups import GroupPolicy
+from consumers.trainer.grpo.loss_config import LossConfig
+from consumers.trainer.stream.feeder import sampling_of
 from consumers.trainer.weights import WEIGHT_UPDATE_MODES
 from cua_stream.config import BusConfig, ConfigError, Secret, require_model_dir, stage_config, state_dir
 from cua_stream.identity import EVAL_RUN_PREFIX, is_eval_run
@@ -69,11 +69,11 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     0 (not trained, still in the context) and the rest as usual, and drops it as ``stale`` only when
     every token it would train is past the bound (nothing left to train). Checked again at the step, for
     a group that waited in the queue. Each step records how many tokens it masked
-    (``masked_stale_tokens``); consumers/trainer/stale_mask.py."""
+    (``masked_stale_tokens``); consumers/trainer/grpo/stale_mask.py."""
     on_discard: Literal["drop_group", "keep_survivors"] = GroupPolicy.on_discard
     """A group with a discarded episode: ``drop_group`` drops it whole (a discard is not the policy's
     doing, and the survivors alone would bias the baseline); ``keep_survivors`` trains the rewarded
-    episodes when at least ``min_survivors`` remain (consumers/trainer/grpo.py)."""
+    episodes when at least ``min_survivors`` remain (consumers/trainer/grpo/groups.py)."""
     min_survivors: int = GroupPolicy.min_survivors
     """With ``keep_survivors``: the fewest rewarded episodes a group with discards trains with."""
     filter_zero_variance: bool = GroupPolicy.filter_zero_variance
@@ -82,12 +82,12 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Advantages ``(r - mean) / (std + eps)`` over the group (GRPO); False: ``r - mean`` (Dr. GRPO)."""
     negative_scale: float = GroupPolicy.negative_scale
     """Multiplies the advantages of episodes under their group's mean (1: GRPO; 0: only the episodes
-    that beat it are reinforced, RAFT-style; consumers/trainer/grpo.py)."""
+    that beat it are reinforced, RAFT-style; consumers/trainer/grpo/groups.py)."""
     group_timeout_s: float = 900.0
     """A group not complete this long after it was issued (or first seen) is dropped as ``timeout``."""
     max_seq_len: int = 32768
     """The longest sample trained, in tokens: a longer one is cut at a call boundary
-    (consumers/trainer/samples.py)."""
+    (consumers/trainer/episodes/samples.py)."""
     temperature: float = 1.0
     """The training temperature (the sessions sample with it; logprobs are taken at it)."""
     max_new_tokens: int = 512
@@ -105,22 +105,22 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     backend: Literal["torch", "megatron"] = "torch"
     """What trains: ``torch`` (Hugging Face transformers in this process) or ``megatron``
     (megatron-bridge's Qwen3-VL in a worker process of its own venv, ``scripts/megatron-env.sh``; the
-    same step: consumers/trainer/megatron_vl_backend.py). A checkpoint's optimizer state resumes the
+    same step: consumers/trainer/backends/megatron_vl_backend.py). A checkpoint's optimizer state resumes the
     backend that wrote it only."""
     device: str = "cpu"
     """Where the megatron backend's model trains: ``cpu`` (float32) or ``cuda`` / ``cuda:N`` (bfloat16
-    weights, float32 AdamW masters: consumers/trainer/megatron/worker.py). The torch backend trains on the
-    CPU."""
+    weights, float32 AdamW masters: consumers/trainer/backends/megatron/worker.py). The torch backend trains
+    on the CPU."""
     lr: float = 1e-5
     """AdamW's learning rate (after the warmup)."""
     lr_warmup_steps: int = 0
     """Optimizer steps over which the learning rate ramps linearly up to ``lr`` (0: none;
-    consumers/trainer/lr_schedule.py says why)."""
+    consumers/trainer/grpo/lr_schedule.py says why)."""
     passes: int = 1
     """Optimizer updates per step on the step's batch (GRPO's μ; PPO's epochs): after the first, the
     ratio clip bounds how far a token's probability moves from the sampler's."""
     clip_low: float = LossConfig.clip_low
-    """PPO's clip below: a token's ratio is clipped at ``1 - clip_low`` (consumers/trainer/loss.py)."""
+    """PPO's clip below: a token's ratio is clipped at ``1 - clip_low`` (consumers/trainer/grpo/loss.py)."""
     clip_high: float = LossConfig.clip_high
     """PPO's clip above: a token's ratio is clipped at ``1 + clip_high`` (higher than ``clip_low``: DAPO's
     clip-higher)."""
@@ -132,7 +132,7 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     reference model kept). Costs one more forward pass per step."""
     loss_reduction: Literal["episode", "token"] = LossConfig.reduction
     """``episode``: GRPO's token mean per episode, then the mean over episodes; ``token``: DAPO's mean
-    over every trained token of the step (consumers/trainer/loss.py says when each fits)."""
+    over every trained token of the step (consumers/trainer/grpo/loss.py says when each fits)."""
     max_grad_norm: float = 1.0
     """Gradients are clipped to this global norm before each optimizer step."""
     max_steps: int = 0
@@ -326,7 +326,7 @@ TRAINER_DEFAULTS: Mapping[str, Any] = {
     f.name: f.default for f in msgspec.structs.fields(TrainerConfig) if f.default is not msgspec.NODEFAULT
 }
 """Each ``[trainer]`` field's default, for the views of the section that other commands read
-(``inspect``'s ``StepRules`` and ``RecomputeRules``): written once, on ``TrainerConfig``."""
+(``inspect.step``'s ``StepRules`` and ``RecomputeRules``): written once, on ``TrainerConfig``."""
 
 
 def trainer_config(

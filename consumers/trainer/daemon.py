@@ -31,11 +31,12 @@ import httpx
 from anyio.abc import TaskStatus
 
 from consumers.trainer import checkpoint as ckpt
+from consumers.trainer.backends.megatron_vl_backend import MegatronVLBackend
+from consumers.trainer.backends.torch_backend import StepStats, TorchBackend
 from consumers.trainer.batch import train_items
 from consumers.trainer.commit import checkpoint_of, issued_in_log, publish, reconcile
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.feeder import work_for_group
-from consumers.trainer.grpo import (
+from consumers.trainer.grpo.groups import (
     DropReason,
     EpisodeResult,
     GroupDecision,
@@ -45,19 +46,18 @@ from consumers.trainer.grpo import (
     next_batch,
     recorded_batch,
 )
-from consumers.trainer.intake import READS, Intake
-from consumers.trainer.join import GroupState, Join
-from consumers.trainer.judge import Judgement, dead_letter_for, judge
-from consumers.trainer.loss import LossStats
-from consumers.trainer.lr_schedule import warmup_lr
-from consumers.trainer.megatron_vl_backend import MegatronVLBackend
+from consumers.trainer.grpo.loss import LossStats
+from consumers.trainer.grpo.lr_schedule import warmup_lr
 from consumers.trainer.metrics import TrainerMetrics
-from consumers.trainer.rerun import recorded_batches, start_error
-from consumers.trainer.settings import settings_record
+from consumers.trainer.retrain.rerun import recorded_batches, start_error
+from consumers.trainer.retrain.settings import settings_record
 from consumers.trainer.sinks import TrainerSinks
 from consumers.trainer.state import Queued, TrainerState, stale_in_queue
 from consumers.trainer.step_record import describe_step, policy_version, token_staleness, train_step
-from consumers.trainer.torch_backend import StepStats, TorchBackend
+from consumers.trainer.stream.feeder import work_for_group
+from consumers.trainer.stream.intake import READS, Intake
+from consumers.trainer.stream.join import GroupState, Join
+from consumers.trainer.stream.judge import Judgement, dead_letter_for, judge
 from consumers.trainer.weights import ENGINE_CHECK_S, EngineWeights
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.follow import Follower

@@ -9,8 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 
-from consumers.trainer.samples import Sample
-from consumers.trainer.sft import Demonstrations, SftConfig, batches, demonstrations, worth_measuring
+from consumers.trainer.episodes.samples import Sample
+from consumers.trainer.sft.demonstrations import (
+    Demonstrations,
+    SftConfig,
+    batches,
+    demonstrations,
+    worth_measuring,
+)
 from cua_stream.blobs import open_blob_store
 from cua_stream.bus.reader import scan
 from cua_stream.events import CallRecord, ScoreEvent, WorkRequest
@@ -109,7 +115,7 @@ async def _with_drawn(config: SftConfig, demos: Demonstrations) -> Demonstration
 
     from transformers import AutoTokenizer
 
-    from consumers.trainer.drawn import draw, drawable
+    from consumers.trainer.sft.drawn import draw, drawable
     from cua_stream.identity import layout_seed
 
     runs = set(config.run_ids)
@@ -142,7 +148,7 @@ def train(
     or ``probe`` judges the weights enough; the model (with its processor) saved to ``config.out``."""
     import torch
 
-    from consumers.trainer.torch_backend import TorchBackend
+    from consumers.trainer.backends.torch_backend import TorchBackend
 
     torch.manual_seed(config.seed)
     backend = TorchBackend(

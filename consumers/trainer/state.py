@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from consumers.trainer.grpo import GroupDecision
-from consumers.trainer.join import GroupState
-from consumers.trainer.samples import Sample, oldest_trained_version
-from consumers.trainer.stale_mask import newest_trained_version
+from consumers.trainer.episodes.samples import Sample, oldest_trained_version
+from consumers.trainer.grpo.groups import GroupDecision
+from consumers.trainer.grpo.stale_mask import newest_trained_version
+from consumers.trainer.stream.join import GroupState
 from cua_stream.events import DeadLetter, GroupDropped
 from cua_stream.versions import too_stale
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from consumers.trainer.samples import NO_VERSION, Sample
+from consumers.trainer.backends.torch_backend import StepStats
+from consumers.trainer.episodes.samples import NO_VERSION, Sample
 from consumers.trainer.state import Queued
-from consumers.trainer.torch_backend import StepStats
 from cua_stream.events import PolicyVersion, TrainStep
 from cua_stream.versions import staleness
 

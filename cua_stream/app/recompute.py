@@ -1,6 +1,6 @@
 """`inspect step --recompute`'s I/O edge: the weights a step started from, loaded from the trainer's
 checkpoint directory into the trainer's own backend, and the step's batch measured under them
-(``TorchBackend.measure``); the comparison itself is ``consumers.trainer.recompute`` (pure)."""
+(``TorchBackend.measure``); the comparison itself is ``consumers.trainer.inspect.recompute`` (pure)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Literal
 import msgspec
 
 from consumers.trainer.config import TRAINER_DEFAULTS
-from consumers.trainer.inspect import StepBatch
-from consumers.trainer.loss_config import LossConfig
-from consumers.trainer.recompute import Recomputation, batch_items, recomputation
+from consumers.trainer.grpo.loss_config import LossConfig
+from consumers.trainer.inspect.recompute import Recomputation, batch_items, recomputation
+from consumers.trainer.inspect.step import StepBatch
 from cua_stream.config import ConfigError, require_model_dir, state_dir
 from cua_stream.versions import trained_from
 
@@ -71,7 +71,7 @@ def recompute(batch: StepBatch, directory: Path, rules: RecomputeRules, *, top_k
         )
     require_model_dir("--model (or trainer.model_path)", rules.model_path)
     weights = start_weights(directory, batch.step.run_id, trained_from(batch.step.policy_version))
-    from consumers.trainer.torch_backend import TorchBackend, TrainItem
+    from consumers.trainer.backends.torch_backend import TorchBackend, TrainItem
     from cua_stream.blobs import open_blob_store
 
     backend = TorchBackend(

@@ -29,7 +29,7 @@ def record_oracle(
 ) -> None:  # fmt: skip
     """Record ``seeds`` layouts (from ``first_seed``) of each ``chosen`` task under the run ``run_id``
     (empty: ``oracle-<time>``), the replies scored by ``model_path`` (else the demo's tiny model)."""
-    from consumers.trainer.feeder import demonstration_work
+    from consumers.trainer.stream.feeder import demonstration_work
     from cua_stream.app.demo import tiny_model_dir
 
     producer = episode_producer(

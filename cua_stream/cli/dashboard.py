@@ -44,7 +44,7 @@ def dashboard(
 
     from consumers.dashboard.config import dashboard_config
     from consumers.dashboard.server import build_app, check_source, served
-    from consumers.trainer.inspect import StepRules
+    from consumers.trainer.inspect.step import StepRules
     from cua_stream.config import build
 
     cfg = dashboard_config(

@@ -1,9 +1,9 @@
 """`cua-stream inspect`: a trained step, or an episode's call tree, rebuilt from the topics alone.
 
 ``step`` reads the step's ``TrainStep`` record and its groups' turns, summaries and scores, rebuilds the
-batch with the trainer's own functions (``consumers.trainer.inspect``) and checks it against the record;
+batch with the trainer's own functions (``consumers.trainer.inspect.step``) and checks it against the record;
 ``episode`` shows one episode's calls, compactions, samples, score and the step that trained it
-(``consumers.trainer.episode_view``). Both only read (group-less, committed records).
+(``consumers.trainer.inspect.episode``). Both only read (group-less, committed records).
 """
 
 from __future__ import annotations
@@ -16,10 +16,9 @@ import anyio
 import typer
 from rich.console import Console
 
-from consumers.trainer.episode_view import episode_view
-from consumers.trainer.inspect import StepRules
-from consumers.trainer.inspect_read import episode_records, read_step, steps_of
-from consumers.trainer.inspect_render import (
+from consumers.trainer.inspect.episode import episode_view
+from consumers.trainer.inspect.read import episode_records, read_step, steps_of
+from consumers.trainer.inspect.render import (
     Text,
     episode_document,
     episode_text,
@@ -28,6 +27,7 @@ from consumers.trainer.inspect_render import (
     step_document,
     step_text,
 )
+from consumers.trainer.inspect.step import StepRules
 from cua_stream.app.recompute import RecomputeRules
 from cua_stream.app.recompute import recompute as recompute_step
 from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus

@@ -10,7 +10,7 @@ import typer
 from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, set_log_level
 
 if TYPE_CHECKING:
-    from consumers.trainer.retrain import RetrainPlan
+    from consumers.trainer.retrain.prepare import RetrainPlan
     from cua_stream.events import TrainStep
 
 
@@ -65,7 +65,7 @@ def retrain(
     Example: cua-stream retrain --from r1 --run-id r1-kl --set trainer.kl_coef=0.3 --dry-run"""
     import anyio
 
-    from consumers.trainer.retrain import RetrainRequest, plan_lines, plan_retrain, prepare_start
+    from consumers.trainer.retrain.prepare import RetrainRequest, plan_lines, plan_retrain, prepare_start
 
     set_log_level(log_level)
     bus = make_bus(bootstrap, prefix, config)  # only its [bus] section: the settings are the run's own
@@ -86,7 +86,7 @@ def train(plan: RetrainPlan) -> None:
     from transformers.utils import logging as hf_logging
 
     from consumers.trainer.entry import serve
-    from consumers.trainer.retrain_plan import step_line
+    from consumers.trainer.retrain.plan import step_line
 
     cfg = plan.config
     hf_logging.disable_progress_bar()  # a checkpoint's save would draw one: each step's line says more

@@ -11,8 +11,17 @@ from typing import Annotated
 import anyio
 import typer
 
-from consumers.trainer.compare import COMPARED, Series, compare, document, figure, header_lines, render, table
-from consumers.trainer.rerun import RecordedRun, parse_steps, read_recorded
+from consumers.trainer.retrain.compare import (
+    COMPARED,
+    Series,
+    compare,
+    document,
+    figure,
+    header_lines,
+    render,
+    table,
+)
+from consumers.trainer.retrain.rerun import RecordedRun, parse_steps, read_recorded
 from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, output_problem
 from cua_stream.config import BusConfig
 

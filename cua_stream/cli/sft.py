@@ -55,7 +55,7 @@ def sft(
     import msgspec
     from transformers.utils import logging as transformers_logging
 
-    from consumers.trainer.sft import SftConfig
+    from consumers.trainer.sft.demonstrations import SftConfig
     from consumers.trainer.sft_run import read_demonstrations, train
     from cua_stream.config import build
 

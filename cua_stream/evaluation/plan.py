@@ -9,8 +9,8 @@ as given (1 by default).
 
 **Groups.** One group per task instance (task and layout), its ``samples`` episodes sharing the layout:
 pass@k is the chance one of k tries at the same instance succeeds. The names are those of instances
-(``identity.instance_group_id``, made by ``consumers.trainer.feeder.instance_work``), which no trainer
-takes for its own: a trainer joins only its run id's records (``consumers.trainer.join``).
+(``identity.instance_group_id``, made by ``consumers.trainer.stream.feeder.instance_work``), which no trainer
+takes for its own: a trainer joins only its run id's records (``consumers.trainer.stream.join``).
 
 Resolving ``--tasks`` reads the file system (task directories, globs); the rest is pure.
 """

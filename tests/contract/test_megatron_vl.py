@@ -1,13 +1,13 @@
 """megatron-bridge's Qwen3-VL against the torch backend, on the tiny checkpoint: the same logprobs.
 
 The torch backend (Hugging Face transformers, one sample per forward pass, the images from the blob store
-through the real processor) gives the trainer's logprob of each trained token. The same samples go, packed
-end to end in one THD sequence, to ``consumers/trainer/megatron/worker.py`` in megatron-bridge's own venv
-(``scripts/megatron-env.sh``; it cannot share cua-stream's transformers), which converts the checkpoint
-with megatron-bridge's ``AutoBridge`` (its Qwen3-VL provider and weight mappings) and runs its Qwen3-VL
-model: vision tower, deepstack, M-RoPE restarting per packed sample. On this CPU host megatron-core's local
-modules stand in for Transformer Engine (see the worker). Then the step's loss (the project's
-``policy_loss`` over the packed logprobs, in the worker) and its gradient against the torch backend's.
+through the real processor) gives the trainer's logprob of each trained token. The same samples go, packed end
+to end in one THD sequence, to ``consumers/trainer/backends/megatron/worker.py`` in megatron-bridge's own venv
+(``scripts/megatron-env.sh``; it cannot share cua-stream's transformers), which converts the checkpoint with
+megatron-bridge's ``AutoBridge`` (its Qwen3-VL provider and weight mappings) and runs its Qwen3-VL model:
+vision tower, deepstack, M-RoPE restarting per packed sample. On this CPU host megatron-core's local modules
+stand in for Transformer Engine (see the worker). Then the step's loss (the project's ``policy_loss`` over the
+packed logprobs, in the worker) and its gradient against the torch backend's.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 import torch
 
-from consumers.trainer.loss import LossConfig, policy_loss
-from consumers.trainer.megatron import worker_file
-from consumers.trainer.megatron_vl_backend import WorkerError, worker_items
-from consumers.trainer.megatron_vl_backend import megatron_python as backend_python
-from consumers.trainer.samples import Sample, assemble
-from consumers.trainer.torch_backend import TorchBackend, TrainItem, loss_mask
+from consumers.trainer.backends.megatron import worker_file
+from consumers.trainer.backends.megatron_vl_backend import WorkerError, worker_items
+from consumers.trainer.backends.megatron_vl_backend import megatron_python as backend_python
+from consumers.trainer.backends.torch_backend import TorchBackend, TrainItem, loss_mask
+from consumers.trainer.episodes.samples import Sample, assemble
+from consumers.trainer.grpo.loss import LossConfig, policy_loss
 from cua_stream.blobs import LocalBlobStore
 from tests.integration.gateway_servers import tiny_model_dir
 from tests.integration.test_trainer_torch import one_turn

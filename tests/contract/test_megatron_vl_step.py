@@ -1,11 +1,11 @@
 """The Megatron backend's optimizer steps against the torch backend's: the same weights after.
 
 From the tiny checkpoint and the same items, the torch backend (Hugging Face transformers, AdamW) and
-``MegatronVLBackend`` (``consumers/trainer/megatron/worker.py --serve`` in megatron-bridge's venv: one process,
-the model and AdamW living across requests) take the same steps: two passes over a batch with TIS and a
-KL term (the second pass's old logprobs the first's), a learning-rate change (the daemon's warmup), then a
-step where no episode carries a reward (the KL's gradient only: the momentum reset). Each saves its
-weights for the engine; the two directories hold the same weights, compared as updates (after - start).
+``MegatronVLBackend`` (``consumers/trainer/backends/megatron/worker.py --serve`` in megatron-bridge's venv:
+one process, the model and AdamW living across requests) take the same steps: two passes over a batch with TIS
+and a KL term (the second pass's old logprobs the first's), a learning-rate change (the daemon's warmup), then
+a step where no episode carries a reward (the KL's gradient only: the momentum reset). Each saves its weights
+for the engine; the two directories hold the same weights, compared as updates (after - start).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from consumers.trainer.loss import LossConfig
-from consumers.trainer.megatron_vl_backend import MegatronVLBackend
-from consumers.trainer.torch_backend import TorchBackend, TrainItem
+from consumers.trainer.backends.megatron_vl_backend import MegatronVLBackend
+from consumers.trainer.backends.torch_backend import TorchBackend, TrainItem
+from consumers.trainer.grpo.loss import LossConfig
 from cua_stream.blobs import LocalBlobStore
 from tests.contract.test_megatron_vl import megatron_python, step_items
 from tests.integration.gateway_servers import tiny_model_dir

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from consumers.trainer.feeder import work_for_group
+from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig

@@ -26,7 +26,7 @@ import uvicorn
 from consumers.dashboard.board import Board
 from consumers.dashboard.config import DashboardConfig
 from consumers.dashboard.server import build_app, served
-from consumers.trainer.inspect import StepBatch, StepRules
+from consumers.trainer.inspect.step import StepBatch, StepRules
 from cua_stream.bus.producer import EventProducer
 from cua_stream.config import BusConfig
 from cua_stream.events import (

@@ -17,9 +17,9 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
+from consumers.trainer.backends.torch_backend import TrainItem
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
-from consumers.trainer.torch_backend import TrainItem
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.cli.inspect import app

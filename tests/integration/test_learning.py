@@ -5,7 +5,7 @@ The toy task is a computer-use decision cut to its core: a screenshot (a red but
 question "which button?", and a one-token reply (``left`` or ``right``) — the completion the engine
 returns with ``max_new_tokens=1``. Everything between the reply and the update is the real path: the
 prompt rendered by the gateway's renderer through the real processor (image pads included), the group's
-replies recorded as turn records, ``assemble`` (loss masks), ``grpo.decide`` (advantages), the torch
+replies recorded as turn records, ``assemble`` (loss masks), ``groups.decide`` (advantages), the torch
 backend's step (the packed GRPO loss). Each step is on-policy: the rollout logprobs are the policy's own.
 
 The reply is one token on purpose: it makes the test sensitive to an off-by-one mask in both
@@ -23,10 +23,10 @@ import pytest
 import torch
 from PIL import Image
 
-from consumers.trainer.grpo import EpisodeResult, GroupPolicy, decide
-from consumers.trainer.loss import LossConfig
-from consumers.trainer.samples import Sample, assemble
-from consumers.trainer.torch_backend import StepStats, TorchBackend, TrainItem
+from consumers.trainer.backends.torch_backend import StepStats, TorchBackend, TrainItem
+from consumers.trainer.episodes.samples import Sample, assemble
+from consumers.trainer.grpo.groups import EpisodeResult, GroupPolicy, decide
+from consumers.trainer.grpo.loss import LossConfig
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.events import CallKind, Logprobs, Reward, TokenIds, TurnEvent
 from cua_stream.gateway.messages import parse_messages

@@ -13,7 +13,7 @@ colour is still there to read, a side is not.
 Real parts: the tiny Qwen3-VL built from its config (``make-tiny-model``: real vocabulary, chat template
 and transformers processor); each prompt rendered by the gateway's renderer (image pads included) and
 its screenshot stored in the blob store as the gateway stores it; the replies recorded as the gateway's
-turn records; ``assemble`` (samples, loss masks); ``grpo.decide`` (advantages); the torch backend's step
+turn records; ``assemble`` (samples, loss masks); ``groups.decide`` (advantages); the torch backend's step
 (images from the blob store through the real image processor, the packed GRPO loss, AdamW).
 
 Stood in for: the engine. A rollout's reply is drawn in-process from the policy's own distribution at
@@ -40,11 +40,11 @@ import pytest
 import torch
 from PIL import Image
 
-import consumers.trainer.torch_backend as torch_backend
-from consumers.trainer.grpo import EpisodeResult, GroupPolicy, decide
-from consumers.trainer.lr_schedule import warmup_lr
-from consumers.trainer.samples import assemble
-from consumers.trainer.torch_backend import TorchBackend, TrainItem
+import consumers.trainer.backends.torch_backend as torch_backend
+from consumers.trainer.backends.torch_backend import TorchBackend, TrainItem
+from consumers.trainer.episodes.samples import assemble
+from consumers.trainer.grpo.groups import EpisodeResult, GroupPolicy, decide
+from consumers.trainer.grpo.lr_schedule import warmup_lr
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.events import CallKind, Logprobs, Reward, TokenIds, TurnEvent
 from cua_stream.gateway.messages import parse_messages

@@ -38,7 +38,7 @@ from typer.testing import CliRunner
 from consumers.trainer.checkpoint import weights_name
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
-from consumers.trainer.settings import public_settings
+from consumers.trainer.retrain.settings import public_settings
 from cua_stream.bus.codec import Delivery
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan

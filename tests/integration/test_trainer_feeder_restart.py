@@ -13,7 +13,7 @@ import pytest
 
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
-from consumers.trainer.feeder import work_for_group
+from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.bus.producer import EventProducer
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig

@@ -15,8 +15,8 @@ from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
-from consumers.trainer.feeder import work_for_group
-from consumers.trainer.intake import READS
+from consumers.trainer.stream.feeder import work_for_group
+from consumers.trainer.stream.intake import READS
 from cua_stream.bus.reader import scan
 from cua_stream.config import BusConfig
 from cua_stream.engine.config import EngineConfig

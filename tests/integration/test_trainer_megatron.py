@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import torch
 
-from consumers.trainer.loss import LossConfig, policy_loss
-from consumers.trainer.megatron_backend import MegatronBackend
+from consumers.trainer.backends.megatron_backend import MegatronBackend
+from consumers.trainer.grpo.loss import LossConfig, policy_loss
 from cua_stream.engine.forward import token_logprobs
 from tests.conftest import free_port
 from tests.unit.test_trainer_packing import items

@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from consumers.trainer.sample_images import pixel_inputs
-from consumers.trainer.samples import assemble
+from consumers.trainer.episodes.sample_images import pixel_inputs
+from consumers.trainer.episodes.samples import assemble
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.codec import Delivery
 from cua_stream.bus.consumer import EventConsumer

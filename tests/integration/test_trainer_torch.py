@@ -15,9 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
-from consumers.trainer.loss import LossConfig
-from consumers.trainer.samples import assemble
-from consumers.trainer.torch_backend import TorchBackend, TrainItem
+from consumers.trainer.backends.torch_backend import TorchBackend, TrainItem
+from consumers.trainer.episodes.samples import assemble
+from consumers.trainer.grpo.loss import LossConfig
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.engine.params import SamplingParams
 from cua_stream.engine.runner import ModelRunner
@@ -156,7 +156,7 @@ def test_tokens_masked_for_staleness_do_not_enter_the_loss(tiny_model_dir: Path,
     """``on_stale = "mask"``: the engine's turn with its first 3 tokens sampled by v0 and the rest by v2,
     trained at v2 with ``max_staleness`` 1. The loss counts only the 3 fresh tokens: whatever the masked
     ones' rollout logprobs say, the step's loss and logprob gap do not move (they do unmasked)."""
-    from consumers.trainer.stale_mask import mask_stale
+    from consumers.trainer.grpo.stale_mask import mask_stale
     from cua_stream.events import VersionSpan
 
     blobs = LocalBlobStore(tmp_path / "blobs")

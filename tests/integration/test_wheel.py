@@ -21,13 +21,13 @@ PACKAGED = ("pyproject.toml", "README.md", "cua_stream", "producers", "consumers
 
 LOOK = """
 import json
-from consumers.trainer.megatron import worker_file
+from consumers.trainer.backends.megatron import worker_file
 worker = worker_file()
 print(json.dumps({
     "worker": str(worker),
     "is_file": worker.is_file(),
     "megatron_cpu": (worker.parent / "megatron_cpu.py").is_file(),
-    "loss": (worker.parents[1] / "loss.py").is_file(),
+    "loss": (worker.parents[2] / "grpo" / "loss.py").is_file(),
 }))
 """
 

@@ -11,9 +11,9 @@ import msgspec
 import pytest
 import torch
 
-from consumers.trainer.feeder import instance_work
-from consumers.trainer.samples import assemble
-from consumers.trainer.sft import SftConfig, batches, demonstrations, sft_loss, worth_measuring
+from consumers.trainer.episodes.samples import assemble
+from consumers.trainer.sft.demonstrations import SftConfig, batches, demonstrations, sft_loss, worth_measuring
+from consumers.trainer.stream.feeder import instance_work
 from cua_stream.config import ConfigError, convert
 from cua_stream.errors import EngineProtocolError
 from cua_stream.events import Discard, Reward, ScoreEvent, TurnEvent

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from consumers.trainer.drawn import draw, drawable, moved_click
-from consumers.trainer.sft import demonstrations
+from consumers.trainer.sft.demonstrations import demonstrations
+from consumers.trainer.sft.drawn import draw, drawable, moved_click
 from cua_stream.binding.coordinates import GRID_MAX
 from cua_stream.binding.screenshots import encode
 from cua_stream.blobs import LocalBlobStore, sha256_of
@@ -184,7 +184,7 @@ def test_demonstrations_keep_each_rewarded_episodes_first_call() -> None:
 
 
 def test_sfts_nll_is_measured_on_every_recorded_sample_and_the_first_drawn_ones() -> None:
-    from consumers.trainer.sft import Demonstrations
+    from consumers.trainer.sft.demonstrations import Demonstrations
     from consumers.trainer.sft_run import MEASURED_DRAWN, _measured
 
     samples = tuple(call(i, None, [1], [2]) for i in range(10 + 2 * MEASURED_DRAWN))

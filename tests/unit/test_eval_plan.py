@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.feeder import instance_work
-from consumers.trainer.join import Join
+from consumers.trainer.stream.feeder import instance_work
+from consumers.trainer.stream.join import Join
 from cua_stream.app.learn.plan import EVAL_OFFSET, MAX_SEED, LearnPlan
 from cua_stream.bus.codec import Delivery
 from cua_stream.errors import ConfigError

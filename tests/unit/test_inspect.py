@@ -9,9 +9,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from consumers.trainer.episode_view import episode_view
-from consumers.trainer.inspect import StepRules, rebuild_step, segments, version_runs
-from consumers.trainer.inspect_render import episode_text, step_document, step_text
+from consumers.trainer.inspect.episode import episode_view
+from consumers.trainer.inspect.render import episode_text, step_document, step_text
+from consumers.trainer.inspect.step import StepRules, rebuild_step, segments, version_runs
 from cua_stream.bus.codec import Delivery
 from cua_stream.config import ConfigError
 from cua_stream.events import (

@@ -13,10 +13,10 @@ import pytest
 
 from consumers.trainer import checkpoint as ckpt
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.grpo import recorded_batch
-from consumers.trainer.inspect import StepRules, rebuild_step
-from consumers.trainer.inspect_render import recompute_document, recompute_text
-from consumers.trainer.recompute import batch_items, compare, recomputation, widest_gaps
+from consumers.trainer.grpo.groups import recorded_batch
+from consumers.trainer.inspect.recompute import batch_items, compare, recomputation, widest_gaps
+from consumers.trainer.inspect.render import recompute_document, recompute_text
+from consumers.trainer.inspect.step import StepRules, rebuild_step
 from cua_stream.app.recompute import start_weights
 from cua_stream.config import BusConfig, ConfigError, build
 from cua_stream.errors import ReplayDiverged

@@ -6,7 +6,7 @@ import zlib
 
 import pytest
 
-from consumers.trainer.feeder import work_for_group
+from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.app.learn.plan import SEED_SPACE, LearnPlan, reward_curve, success_by_task
 from cua_stream.errors import ConfigError
 from cua_stream.evaluation.plan import is_eval_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from consumers.trainer.samples import assemble
+from consumers.trainer.episodes.samples import assemble
 from consumers.trainer.step_record import token_staleness
 from cua_stream.app.chaos.speed import EngineSample, LoopSpeed, counter_at, goals, summarise
 from cua_stream.events import TrainStep, VersionSpan

@@ -1,4 +1,4 @@
-"""``cua-stream retrain``'s decisions (``consumers/trainer/retrain_plan.py``): the steps asked for, the
+"""``cua-stream retrain``'s decisions (``consumers/trainer/retrain/plan.py``): the steps asked for, the
 ``--set`` overrides checked (an unknown key gets the closest names, a setting that decides which samples
 a step holds or that a retrain sets itself is refused, naming it), the new run's settings, and each
 retrained step shown beside its record."""
@@ -8,8 +8,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from consumers.trainer.rerun import parse_steps
-from consumers.trainer.retrain_plan import (
+from consumers.trainer.retrain.plan import (
     KNOWN,
     change_lines,
     parse_override,
@@ -17,6 +16,7 @@ from consumers.trainer.retrain_plan import (
     start_of,
     step_line,
 )
+from consumers.trainer.retrain.rerun import parse_steps
 from cua_stream.events import TrainStep
 
 

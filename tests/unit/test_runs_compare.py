@@ -1,12 +1,12 @@
-"""Runs side by side (``consumers/trainer/compare.py``): the steps of each, what each run's settings changed
-against the first's, a row per step and run, and a run with nothing to compare named in one error."""
+"""Runs side by side (``consumers/trainer/retrain/compare.py``): the steps of each, what each run's settings
+changed against the first's, a row per step and run, and a run with nothing to compare named in one error."""
 
 from __future__ import annotations
 
 import pytest
 
-from consumers.trainer.compare import compare, document, header_lines, render, table
-from consumers.trainer.rerun import RecordedRun
+from consumers.trainer.retrain.compare import compare, document, header_lines, render, table
+from consumers.trainer.retrain.rerun import RecordedRun
 from cua_stream.errors import ConfigError
 from cua_stream.events import TrainerSettings, TrainStep
 

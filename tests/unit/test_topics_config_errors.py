@@ -110,7 +110,7 @@ def test_every_error_class_is_in_the_policy_table() -> None:
     import consumers
     import cua_stream
     import producers
-    from consumers.trainer import megatron
+    from consumers.trainer.backends import megatron
 
     # megatron's modules run in megatron-bridge's venv by their file: they import nothing of ours, and
     # their own imports (megatron_cpu from the worker's folder) do not resolve in this one

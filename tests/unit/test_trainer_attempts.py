@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import msgspec
 import pytest
 
-from consumers.trainer.checks import Vocabulary
 from consumers.trainer.config import TrainerConfig
 from consumers.trainer.daemon import Trainer
-from consumers.trainer.join import Join
+from consumers.trainer.episodes.checks import Vocabulary
+from consumers.trainer.stream.join import Join
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import Reward, ScoreEvent

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 from PIL import Image
 
-from consumers.trainer.checks import (
+from consumers.trainer.episodes.checks import (
     LOWEST_LOGPROB,
     Check,
     Vocabulary,
@@ -20,11 +20,11 @@ from consumers.trainer.checks import (
     pad_fault,
     sampled_fault,
 )
-from consumers.trainer.grpo import GroupPolicy
-from consumers.trainer.join import EpisodeState, GroupState
-from consumers.trainer.judge import judge
-from consumers.trainer.sample_images import stored_image
-from consumers.trainer.samples import CallTreeError, assemble
+from consumers.trainer.episodes.sample_images import stored_image
+from consumers.trainer.episodes.samples import CallTreeError, assemble
+from consumers.trainer.grpo.groups import GroupPolicy
+from consumers.trainer.stream.join import EpisodeState, GroupState
+from consumers.trainer.stream.judge import judge
 from cua_stream.blobs import LocalBlobStore
 from cua_stream.errors import BlobStoreUnavailable
 from cua_stream.events import CallRecord, ImageRef, Logprobs, Reward, ScoreEvent, VersionSpan

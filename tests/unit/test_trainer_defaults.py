@@ -12,9 +12,9 @@ import msgspec
 import pytest
 
 from consumers.trainer.config import TRAINER_DEFAULTS, TrainerConfig
-from consumers.trainer.grpo import GroupPolicy
-from consumers.trainer.inspect import StepRules
-from consumers.trainer.loss_config import LossConfig
+from consumers.trainer.grpo.groups import GroupPolicy
+from consumers.trainer.grpo.loss_config import LossConfig
+from consumers.trainer.inspect.step import StepRules
 from cua_stream.app.recompute import RecomputeRules
 
 LOSS_FIELD = {"clip_low": "clip_low", "clip_high": "clip_high", "tis_clip": "tis_clip",
@@ -58,7 +58,7 @@ def test_trainer_defaults_are_read_from_the_class() -> None:
 
 def test_the_trainer_config_and_its_views_import_without_torch() -> None:
     code = (
-        "import sys, consumers.trainer.config, consumers.trainer.inspect, cua_stream.app.recompute;"
+        "import sys, consumers.trainer.config, consumers.trainer.inspect.step, cua_stream.app.recompute;"
         "print('torch' in sys.modules)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

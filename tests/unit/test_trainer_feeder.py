@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from consumers.trainer.feeder import missing_work, work_for_group
+from consumers.trainer.stream.feeder import missing_work, work_for_group
 from cua_stream.identity import group_id_of, index_of
 
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from consumers.trainer.grpo import (
+from consumers.trainer.grpo.groups import (
     MAX_REWARD,
     DropReason,
     EpisodeResult,

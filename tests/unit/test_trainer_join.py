@@ -3,7 +3,7 @@ barrier), skip other runs, decided groups and duplicates, time out, and say wher
 
 from __future__ import annotations
 
-from consumers.trainer.join import Join
+from consumers.trainer.stream.join import Join
 from cua_stream.bus.codec import Delivery
 from cua_stream.events import CallKind, Logprobs, Reward, ScoreEvent, TokenIds, TurnEvent
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from consumers.trainer.loss import LossConfig, policy_loss
+from consumers.trainer.grpo.loss import LossConfig, policy_loss
 
 
 def t(*values: float) -> torch.Tensor:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from consumers.trainer.loss import policy_loss
-from consumers.trainer.packing import block_causal_mask, pack
-from consumers.trainer.samples import assemble
-from consumers.trainer.torch_backend import TrainItem
+from consumers.trainer.backends.packing import block_causal_mask, pack
+from consumers.trainer.backends.torch_backend import TrainItem
+from consumers.trainer.episodes.samples import assemble
+from consumers.trainer.grpo.loss import policy_loss
 from cua_stream.engine.forward import token_logprobs
 from tests.unit.test_trainer_samples import call
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from consumers.trainer.grpo import GroupDecision
-from consumers.trainer.join import GroupState
-from consumers.trainer.samples import NO_VERSION
+from consumers.trainer.episodes.samples import NO_VERSION
+from consumers.trainer.grpo.groups import GroupDecision
 from consumers.trainer.state import Queued, stale_in_queue
+from consumers.trainer.stream.join import GroupState
 
 
 def queued(group_id: str, *versions: int) -> Queued:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.trainer.checks import Vocabulary
-from consumers.trainer.samples import (
+from consumers.trainer.episodes.checks import Vocabulary
+from consumers.trainer.episodes.samples import (
     NO_VERSION,
     CallTreeError,
     assemble,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.trainer.lr_schedule import warmup_lr
+from consumers.trainer.grpo.lr_schedule import warmup_lr
 
 
 def test_the_lr_ramps_linearly_then_holds() -> None:

@@ -1,6 +1,6 @@
 """The trainer's settings on its log (``TrainerSettings``): its resolved ``[trainer]`` section, no secret
 in it, read back into the same config; what a retrain changed; and the recorded run's steps and settings
-a re-training takes (``consumers/trainer/rerun.py``)."""
+a re-training takes (``consumers/trainer/retrain/rerun.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import msgspec
 import pytest
 
 from consumers.trainer.config import TrainerConfig
-from consumers.trainer.join import Join
-from consumers.trainer.rerun import (
+from consumers.trainer.retrain.rerun import (
     RecordedRun,
     settings_changes,
     settings_in_force,
@@ -19,8 +18,9 @@ from consumers.trainer.rerun import (
     start_error,
     steps_in_range,
 )
-from consumers.trainer.settings import public_settings, settings_record
-from consumers.trainer.settings_diff import changed_settings
+from consumers.trainer.retrain.settings import public_settings, settings_record
+from consumers.trainer.retrain.settings_diff import changed_settings
+from consumers.trainer.stream.join import Join
 from cua_stream.bus.codec import Delivery, key_of
 from cua_stream.config import BusConfig, ConfigError, Secret, convert, state_dir
 from cua_stream.events import Reward, ScoreEvent, TrainerSettings, TrainStep, encode

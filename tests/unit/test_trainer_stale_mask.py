@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from consumers.trainer.config import trainer_config
-from consumers.trainer.grpo import DropReason, EpisodeResult, GroupDecision, GroupPolicy, decide
-from consumers.trainer.join import GroupState
-from consumers.trainer.samples import NO_VERSION, Sample, assemble
-from consumers.trainer.stale_mask import fresh_mask, mask_episodes, mask_stale, newest_trained_version
+from consumers.trainer.episodes.samples import NO_VERSION, Sample, assemble
+from consumers.trainer.grpo.groups import DropReason, EpisodeResult, GroupDecision, GroupPolicy, decide
+from consumers.trainer.grpo.stale_mask import fresh_mask, mask_episodes, mask_stale, newest_trained_version
 from consumers.trainer.state import Queued, stale_in_queue
+from consumers.trainer.stream.join import GroupState
 from cua_stream.config import ConfigError
 from cua_stream.events import CallKind, Logprobs, Reward, TokenIds, TurnEvent, VersionSpan
 

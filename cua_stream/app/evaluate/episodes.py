@@ -39,7 +39,7 @@ async def evaluate(ev: Evaluation, run_id: str, policy: str) -> EvalResults:
     """Run ``ev``'s episodes under ``run_id`` (an episode a killed earlier start of the run issued is not
     issued again: none is played twice) until each is scored (bounded: an episode never scored is
     ``unscored``); ``policy`` names what was evaluated in the results."""
-    from consumers.trainer.feeder import instance_work
+    from consumers.trainer.stream.feeder import instance_work
     from cua_stream.app.rollouts import run_episodes
 
     if not is_eval_run(run_id):

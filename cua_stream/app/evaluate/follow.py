@@ -38,7 +38,7 @@ def follow_run(
     """Evaluate ``of_run``'s versions under the run id ``run`` (every ``every``-th, until ``until_version``;
     0: until a signal) on this command's engine serving ``model_path`` (else the demo's tiny model), or
     with ``shared_gateway`` on the run's own engine through that gateway; True when a signal ended it."""
-    from consumers.trainer.feeder import sampling_of
+    from consumers.trainer.stream.feeder import sampling_of
     from cua_stream.app.demo import tiny_model_dir
 
     shared = shared_gateway is not None

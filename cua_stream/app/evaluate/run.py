@@ -53,7 +53,7 @@ def evaluate_policies(
     """Evaluate ``policies`` (scripted ones, the blind baseline among them; none: the model at
     ``model_path``, else the demo's tiny model) on ``plan`` under the run id ``run``: one results file
     and table, or with several policies (or the blind baseline) the benchmark table."""
-    from consumers.trainer.feeder import DEMONSTRATION_SAMPLING, sampling_of
+    from consumers.trainer.stream.feeder import DEMONSTRATION_SAMPLING, sampling_of
     from cua_stream.app.demo import tiny_model_dir
 
     tabled = len(policies) > 1 or policies == [BLIND]

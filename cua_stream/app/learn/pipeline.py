@@ -35,7 +35,7 @@ def learn(
     <home>/learn/<run>/curve.png and the evaluations' results files."""
     from transformers.utils import logging as transformers_logging
 
-    from consumers.trainer.feeder import demonstration_work, sampling_of
+    from consumers.trainer.stream.feeder import demonstration_work, sampling_of
     from cua_stream.app.evaluate.episodes import Evaluation
     from cua_stream.app.learn.plan import success_by_task
     from cua_stream.desktop.doctor import require_desktop

@@ -90,7 +90,7 @@ class LearnPlan:
     """Oracle demonstrations per task (one layout each)."""
     drawn_demos: int = 0
     """First screens drawn from the recorded demonstrations' for SFT, on layouts of their own
-    (``consumers.trainer.drawn``; click-box only): the agent's real first prompt, the screen redrawn,
+    (``consumers.trainer.sft.drawn``; click-box only): the agent's real first prompt, the screen redrawn,
     the click moved. 16 recorded click-box demonstrations left the small model clicking the target on 0
     of 8 held-out layouts; 1,200 drawn screens, offline, on 0.59 of 32 (docs/learning.md)."""
     drawn_epochs: int = 2

@@ -15,7 +15,7 @@ from cua_stream.app.stack import Serving, engine_and_gateway, out
 from cua_stream.config import BusConfig
 
 if TYPE_CHECKING:
-    from consumers.trainer.sft import Demonstrations, SftConfig
+    from consumers.trainer.sft.demonstrations import Demonstrations, SftConfig
     from consumers.trainer.sft_run import EpochStats
     from cua_stream.app.evaluate.episodes import Evaluation
     from cua_stream.app.learn.plan import LearnPlan
@@ -136,7 +136,7 @@ def per_epoch(n: int) -> str:
 
 
 def sft(plan: LearnPlan, bus: BusConfig, base: Path, home: Path, demo_run: str, prober: Prober) -> Path:
-    from consumers.trainer.sft import SftConfig
+    from consumers.trainer.sft.demonstrations import SftConfig
     from consumers.trainer.sft_run import Probe, read_demonstrations, train
 
     config = SftConfig(

@@ -255,6 +255,26 @@ def missing_help(root: Any, sections: Mapping[str, type[msgspec.Struct]]) -> lis
     return missing
 
 
+def field_variables() -> tuple[env_vars.EnvVar, ...]:
+    """The variables that set a config field, from the settings registry: each field of each section
+    (``config.SECTIONS``) under each of its names (``config.env_names``), with the field's help and
+    default. Imports every section's class."""
+    out = []
+    for section, cls in config_sections().items():
+        docs = config.field_docs(cls)
+        for f in config_fields(cls):
+            meaning = docs.get(f.name, "").split("\n\n")[0]
+            for name in config.env_names(section, f.name):
+                out.append(env_vars.EnvVar(name=name, meaning=meaning, reader=f"[{section}] {f.name}",
+                                  default=default_text(f), field=(section, f.name)))  # fmt: skip
+    return tuple(out)
+
+
+def all_variables() -> tuple[env_vars.EnvVar, ...]:
+    """Every variable: the ones written here, then the config fields'."""
+    return env_vars.VARIABLES + field_variables()
+
+
 def render() -> dict[str, str]:
     """The reference pages by file name, from the code as it is."""
     from cua_stream import cli
@@ -263,7 +283,7 @@ def render() -> dict[str, str]:
     return {
         "cli.md": cli_markdown(root, cli.PANELS) + "\n",
         "config.md": config_markdown(config_sections(), config.env_names, config.FILE_REFUSED) + "\n",
-        "environment.md": env_markdown(env_vars.VARIABLES, env_vars.field_variables()) + "\n",
+        "environment.md": env_markdown(env_vars.VARIABLES, field_variables()) + "\n",
     }
 
 

@@ -2,8 +2,8 @@
 when it is unset.
 
 Two kinds. The variables that set a config field (``CUA_<SECTION>_<FIELD>``, ``CUA_<FIELD>`` for the
-``[bus]`` section, and ``config.ENV_NAMES``' own) are not written here: ``field_variables`` derives them
-from the settings registry (``cua_stream.config.SECTIONS`` and ``env_names``), so a new field has its
+``[bus]`` section, and ``config.ENV_NAMES``' own) are not written here: ``docs_reference.field_variables``
+derives them from the settings registry (``cua_stream.config.SECTIONS`` and ``env_names``), so a new field has its
 variable without a line here. The others are written below, once, each as a constant the code reads it
 by (``env_vars.HOME``, never a fresh ``"CUA_HOME"``): the variables cua-stream reads that no field
 holds, and the ones it sets for the programs it starts (an episode's task scripts, compose files,
@@ -117,27 +117,4 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar(name=MINIWOB_VERSION, meaning="The MiniWoB++ version a task was exported from.",
            reader="the tasks image's entrypoint; set by an exported task's Dockerfile", default="set per task"),
 )  # fmt: skip
-"""The variables no config field holds (``field_variables`` has those)."""
-
-
-def field_variables() -> tuple[EnvVar, ...]:
-    """The variables that set a config field, from the settings registry: each field of each section
-    (``config.SECTIONS``) under each of its names (``config.env_names``), with the field's help and
-    default. Imports every section's class."""
-    from cua_stream import config
-    from cua_stream.docs_reference import config_fields, config_sections, default_text
-
-    out = []
-    for section, cls in config_sections().items():
-        docs = config.field_docs(cls)
-        for f in config_fields(cls):
-            meaning = docs.get(f.name, "").split("\n\n")[0]
-            for name in config.env_names(section, f.name):
-                out.append(EnvVar(name=name, meaning=meaning, reader=f"[{section}] {f.name}",
-                                  default=default_text(f), field=(section, f.name)))  # fmt: skip
-    return tuple(out)
-
-
-def all_variables() -> tuple[EnvVar, ...]:
-    """Every variable: the ones written here, then the config fields'."""
-    return VARIABLES + field_variables()
+"""The variables no config field holds (``docs_reference.field_variables`` has those)."""

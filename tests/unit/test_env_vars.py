@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from cua_stream import config, env_vars
+from cua_stream import config, docs_reference, env_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("producers", "consumers", "cua_stream")
@@ -142,7 +142,7 @@ class Scan:
 
 SCAN = Scan()
 OWN = {v.name for v in env_vars.VARIABLES}
-ALL = {v.name for v in env_vars.all_variables()}
+ALL = {v.name for v in docs_reference.all_variables()}
 
 
 def test_the_code_names_variables_through_the_table_not_by_hand() -> None:
@@ -169,9 +169,9 @@ def test_the_table_lists_nothing_that_nothing_names() -> None:
 
 
 def test_each_name_is_listed_once_and_the_fields_variables_are_generated() -> None:
-    variables = env_vars.all_variables()
+    variables = docs_reference.all_variables()
     assert [n for n, c in Counter(v.name for v in variables).items() if c > 1] == []
-    generated = env_vars.field_variables()
+    generated = docs_reference.field_variables()
     expected = {
         name
         for section in config.SECTIONS
@@ -187,7 +187,7 @@ def test_each_name_is_listed_once_and_the_fields_variables_are_generated() -> No
 
 
 def test_each_name_of_a_field_in_the_table_sets_the_field() -> None:
-    names = [v.name for v in env_vars.field_variables() if v.field == ("bus", "topic_prefix")]
+    names = [v.name for v in docs_reference.field_variables() if v.field == ("bus", "topic_prefix")]
     assert names == ["CUA_TOPIC_PREFIX", "CUA_BUS_TOPIC_PREFIX"]
     for name in names:
         assert config.build(config.BusConfig, env={name: "elsewhere"}).topic_prefix == "elsewhere"

@@ -115,11 +115,11 @@ class BusConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     bootstrap_servers: str = "127.0.0.1:9092"
     """Comma-separated host:port list (env CUA_BOOTSTRAP_SERVERS)."""
-    topic_prefix: str = "cua"
+    topic_prefix: str = Topics.prefix
     """Namespace of every topic name: ``<prefix>.turns`` (env CUA_TOPIC_PREFIX)."""
-    episode_partitions: int = 4
+    episode_partitions: int = Topics.episode_partitions
     """Partitions of each episode topic; the same for all so groups co-partition."""
-    replication_factor: int = 1
+    replication_factor: int = Topics.replication_factor
     """Copies of each topic's partitions the brokers keep (1: one broker, no copy)."""
     client_id: str = "cua-stream"
     """The name this process's Kafka clients give the brokers (their logs and quotas show it)."""

@@ -202,3 +202,9 @@ def producer_config(
 ) -> ProducerConfig:
     """The ``[producer]`` section (file < env < overrides) with the ``[bus]`` section inside it."""
     return stage_config(ProducerConfig, file_data, overrides, bus_overrides)
+
+
+PRODUCER_DEFAULTS: Mapping[str, Any] = {
+    f.name: f.default for f in msgspec.structs.fields(ProducerConfig) if f.default is not msgspec.NODEFAULT
+}
+"""Each ``[producer]`` field's default, for the plans that set the section (``learn``, ``demo``)."""

@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 
 from cua_stream.config import BusConfig, ConfigError, stage_config
-from cua_stream.scoring import Combine, RewardChoice
+from cua_stream.scoring import DEFAULT_CHOICE, Combine, RewardChoice
 
 
 class ScorerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -19,9 +19,9 @@ class ScorerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     transactional_id: str = ""
     """This instance's transactional id (and static group member id); empty: ``<topic prefix>.scorer-0``.
     Unique per live instance: a second instance with the same id fences the first."""
-    reward_key: str = "reward"
+    reward_key: str = DEFAULT_CHOICE.key
     """The verifier reward key to score with when the verifier returns it."""
-    combine: Combine = "reject"
+    combine: Combine = DEFAULT_CHOICE.combine
     """Several reward keys, none of them ``reward_key``: mean | min | max | sum, or reject (score 0,
     reason ``ambiguous_reward``)."""
     max_batch: int = 200

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cua_stream.config import BusConfig, cache_dir
 from cua_stream.tasks import TASKS
+from producers.config import PRODUCER_DEFAULTS
 
 if TYPE_CHECKING:
     from consumers.trainer.config import TrainerConfig
@@ -31,7 +32,7 @@ class DemoPlan:
     """GRPO steps, one group each."""
     group_size: int = 2
     turns: int = 3
-    concurrency: int = 2
+    concurrency: int = PRODUCER_DEFAULTS["concurrency"]
     max_new_tokens: int = 8
     """A random policy's reply often runs past a few tokens: those episodes end at the token cap."""
     trainer_backend: str = "torch"

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import signal
-from collections import Counter
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -88,8 +86,7 @@ def chaos(
     import anyio
 
     from cua_stream.app.chaos.config import ChaosConfig
-    from cua_stream.app.chaos.fault_schedule import kind
-    from cua_stream.app.chaos.invariants import totals
+    from cua_stream.app.chaos.report import fault_rows, save_json, summary_line, tail_lines
     from cua_stream.app.chaos.runner import Chaos
     from cua_stream.config import build
 
@@ -123,63 +120,35 @@ def chaos(
     signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM stops the run the way Ctrl-C does: cleanly
     report = anyio.run(runner.run)
     faults_table = Table("target", "action", "applied", "recovery p50 / max (s)", title="faults")
-    by_kind: dict[tuple[str, str], list[float]] = {}
-    for a in report.applied:
-        key = (kind(a.fault.target), a.fault.action.value)
-        by_kind.setdefault(key, [])
-        if a.recovered_s is not None:
-            by_kind[key].append(a.recovered_s)
-    counts = Counter((kind(a.fault.target), a.fault.action.value) for a in report.applied)
-    for (target, action), n in sorted(counts.items()):
-        rec = sorted(by_kind[(target, action)])
-        shown = f"{rec[len(rec) // 2]:.1f} / {rec[-1]:.1f}" if rec else "-"
-        faults_table.add_row(target, action, str(n), shown)
+    for row in fault_rows(report.applied):
+        faults_table.add_row(*row)
     out.print(faults_table)
     checks = Table("invariant", "checked", "lost", "duplicated", "result", title=f"run {report.run_id}")
     for c in report.checks:
         result = "[green]ok[/green]" if c.ok else "[red]" + escape("; ".join(c.problems[:3])) + "[/red]"
         checks.add_row(c.name, str(c.checked), str(c.lost), str(c.duplicated), result)
     out.print(checks)
-    lost, duplicated = totals(report.checks)
-    crashed = {n: codes for n, codes in report.crashes.items() if codes}
-    out.print(
-        f"{len(report.applied)} faults applied ({len(report.skipped)} not applied: the run was stopping), "
-        f"{report.steps} steps, {report.episodes} episodes in {report.wall_s:.0f}s; lost {lost}, "
-        f"duplicated {duplicated}; exits nobody asked for: "
-        + (", ".join(f"{n} {codes}" for n, codes in sorted(crashed.items())) or "none")
-    )
+    out.print(summary_line(report))
     _resources(report)
-    for what, counts in (("episodes discarded", report.discards), ("groups dropped", report.drops)):
-        shown = ", ".join(f"{reason} x{n}" for reason, n in sorted(counts.items())) or "none"
-        out.print(f"{what}: {shown}")
-    if report.principals:
-        out.print(
-            "principals (SASL_SSL): " + ", ".join(f"{n} as {p}" for n, p in sorted(report.principals.items()))
-        )
-    out.print(f"logs, checkpoints and broker data: {report.home}")
-    (report.home / "report.json").write_text(json.dumps(report.to_json(), indent=1))
+    for line in tail_lines(report):
+        out.print(line)
+    save_json(report)
     if not report.ok:
         raise typer.Exit(1)
 
 
 def _resources(report: ChaosReport) -> None:
-    from cua_stream.app.chaos.resource_usage import plot
-    from cua_stream.app.chaos.soak import memory_growth, spreads
+    from cua_stream.app.chaos.report import lag_lines, memory_rows, save_plot
 
     table = Table("daemon", "memory early (MB)", "late (MB)", "peak (MB)", "bounded", "loop lag p50 / p99 / max (ms)",
                   title="resources (early: 2nd quarter median, late: last quarter median)")  # fmt: skip
-    loops = {s.name: s for s in spreads(report.points, "loop")}
-    for g in memory_growth(report.points):
-        lag = loops.get(g.name)
-        shown = f"{lag.p50 * 1e3:.0f} / {lag.p99 * 1e3:.0f} / {lag.max * 1e3:.0f}" if lag else "-"
-        ok = "[green]yes[/green]" if g.bounded else f"[red]no (+{g.grew_mb:.0f} MB)[/red]"
-        table.add_row(g.name, f"{g.early_mb:.0f}", f"{g.late_mb:.0f}", f"{g.peak_mb:.0f}", ok, shown)
+    for row in memory_rows(report.points):
+        verdict = f"[green]{row.verdict}[/green]" if row.bounded else f"[red]{row.verdict}[/red]"
+        table.add_row(*row.cells, verdict, row.loop_lag)
     out.print(table)
-    for s in spreads(report.points, "lag"):
-        out.print(f"consumer group {s.name}: lag p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f} records")
-    if report.points:
-        path = report.home / "resources.png"
-        plot(report.points, path, f"{report.run_id}: {len(report.applied)} faults, {report.steps} steps")
+    for line in lag_lines(report.points):
+        out.print(line)
+    if (path := save_plot(report)) is not None:
         out.print(f"plot: {path}")
 
 

@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 
 from cua_stream.cli.common import friendly_errors, output_problem
-from cua_stream.errors import ContainerEngineError
 
 app = typer.Typer(
     help="The container engine: a private Docker daemon (its own socket and data under the state "
@@ -31,11 +30,12 @@ def start(
     --build, build (or check) every image: the episodes' and those of a local compose run.
 
     Example: cua-stream containers start --build"""
+    from cua_stream.app.containers import compose_images
     from cua_stream.containers import ensure_running
 
     home, started = ensure_running(build=build, export=False, say=out.print)
     if build:  # and the images a local compose run uses (the episodes' are built by ensure_running)
-        for built in _compose_images(home, rebuild=False):
+        for built in compose_images(home, rebuild=False, say=out.print):
             out.print(_built_line(built))
     out.print(f"docker daemon {'started' if started else 'already running'} at {home.host}")
     print(_exports(home))
@@ -59,17 +59,16 @@ def status() -> None:
     """Whether the daemon answers, where it lives, and which of the project's images are built.
 
     Example: cua-stream containers status"""
-    from cua_stream.containers import app_image, dockerd, images, service_images
+    from cua_stream.app.containers import project_images
+    from cua_stream.containers import dockerd
 
     home = dockerd.DockerHome.default()
     up = home.running()
     out.print(f"daemon: {'running' if up else 'not running'} ({home.host}); data under {home.root}")
     out.print(f"compose plugin: {'installed' if home.compose_plugin.exists() else 'missing'}")
     if up:
-        names = (images.BASE, images.DESKTOP, images.TASKS, service_images.KAFKA, service_images.RUNTIME,
-                 app_image.DEPS, app_image.APP)  # fmt: skip
-        for name in names:
-            out.print(f"image {name}: {'built' if images.image_label(home, name) else 'missing'}")
+        for name, built in project_images(home):
+            out.print(f"image {name}: {'built' if built else 'missing'}")
     raise typer.Exit(0 if up else 1)
 
 
@@ -81,12 +80,14 @@ def build(rebuild: Annotated[bool, typer.Option(help="Rebuild even if up to date
     when what it is built from is unchanged).
 
     Example: cua-stream containers build --rebuild"""
+    from cua_stream.app.containers import build_every_image
     from cua_stream.containers import dockerd
 
     home = dockerd.DockerHome.default()
     if not home.running():
         raise typer.BadParameter("the docker daemon is not running: cua-stream containers start")
-    _build(home, rebuild=rebuild)
+    for built in build_every_image(home, rebuild=rebuild, say=out.print):
+        out.print(_built_line(built))
 
 
 @app.command()
@@ -119,17 +120,10 @@ def local_env(
     """
     from pathlib import Path
 
-    from cua_stream.config import child_env
-    from cua_stream.containers import dockerd, local_compose
+    from cua_stream.app.containers import local_compose_env
+    from cua_stream.containers import dockerd
 
-    # a local broker on Kafka's host port (the demo's) makes compose fail inside, half started; any other
-    # holder is left alone: compose's own Kafka, when this runs again for a stack already up
-    port = local_compose.kafka_host_port(child_env())
-    if not local_compose.host_port_free(port) and (pid := _local_broker_on(port)) is not None:
-        raise ContainerEngineError(local_compose.taken_port_line(port, pid))
-    values = local_compose.local_env(local_compose.checkout_root(), Path(models), child_env())
-    if trials is not None:
-        values |= local_compose.docker_producer_env(dockerd.DockerHome.default(), Path(trials))
+    values = local_compose_env(Path(models), Path(trials) if trials is not None else None)
     print(_exports(dockerd.DockerHome.default()))
     print(_export_lines(values))
 
@@ -159,32 +153,6 @@ def secure_env(
         raise typer.BadParameter(problem, param_hint="--dir")
     values = secure_compose.ensure_secrets(Path(folder))
     print(_export_lines(values))
-
-
-def _local_broker_on(port: int) -> int | None:
-    """The pid of the local broker (``cua-stream broker``, this environment's home) if it listens on
-    ``port``."""
-    from cua_stream.broker import BrokerConfig, LocalBroker
-    from cua_stream.config import build
-
-    status = LocalBroker(build(BrokerConfig)).status()
-    return status.pid if status.running and status.bootstrap_servers.endswith(f":{port}") else None
-
-
-def _build(home: object, *, rebuild: bool) -> None:
-    from cua_stream.containers import images
-
-    built_images = images.build_all(home, rebuild=rebuild, say=out.print)  # type: ignore[arg-type]
-    for built in [*built_images, *_compose_images(home, rebuild=rebuild)]:
-        out.print(_built_line(built))
-
-
-def _compose_images(home: Any, *, rebuild: bool) -> list[Any]:
-    """Kafka's, the runtime's and the self-contained cua-stream image (with its dependencies' image)."""
-    from cua_stream.containers import app_image, service_images
-
-    built = service_images.build_services(home, rebuild=rebuild, say=out.print)
-    return built + app_image.build_app(home, rebuild=rebuild, say=out.print)
 
 
 def _built_line(built: Any) -> str:

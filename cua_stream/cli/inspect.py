@@ -8,6 +8,7 @@ batch with the trainer's own functions (``consumers.trainer.inspect.step``) and 
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Annotated
@@ -16,8 +17,7 @@ import anyio
 import typer
 from rich.console import Console
 
-from consumers.trainer.inspect.episode import episode_view
-from consumers.trainer.inspect.read import episode_records, read_step, steps_of
+from consumers.trainer.inspect.read import read_step
 from consumers.trainer.inspect.render import (
     Text,
     episode_document,
@@ -28,12 +28,12 @@ from consumers.trainer.inspect.render import (
     step_text,
 )
 from consumers.trainer.inspect.step import StepRules
+from cua_stream.app.inspect import decoder, local_model, read_episode
 from cua_stream.app.recompute import RecomputeRules
 from cua_stream.app.recompute import recompute as recompute_step
 from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, load_file, make_bus
 from cua_stream.cli.defaults import field_option
 from cua_stream.config import build, require_model_dir
-from cua_stream.events import CallRecord, ScoreEvent
 
 app = typer.Typer(
     help="Rebuild what the trainer saw from the topics: a step's batch, an episode's call tree.\n\n"
@@ -167,12 +167,7 @@ def episode(
     Example: cua-stream inspect episode EPISODE_ID --run r1"""
     bus = make_bus(bootstrap, prefix, config)
     rules = _rules(config, max_seq_len, None)
-    records = anyio.run(episode_records, bus, lambda e: e.run_id == run and e.episode_id == episode_id)
-    steps, drops = anyio.run(steps_of, bus, run)
-    events = [d.event for d in records if isinstance(d.event, (CallRecord, ScoreEvent))]
-    view = episode_view(run, episode_id, events, steps, drops, max_seq_len=rules.max_seq_len)
-    if view is None:
-        raise LookupError(f"run {run!r} has no call or score of episode {episode_id!r} on the topics")
+    view = anyio.run(functools.partial(read_episode, bus, run, episode_id, max_seq_len=rules.max_seq_len))
     text = _text(model, config)
     if as_json:
         print(json.dumps(episode_document(view, text), indent=1))
@@ -191,12 +186,6 @@ def _text(model: Path | None, config: Path | None) -> Text:
     the config's ``trainer.model_path`` when it is one on this machine; None: ids are shown instead."""
     if model is not None:
         require_model_dir("--model", str(model))
-    else:
-        configured = (load_file(config).get("trainer") or {}).get("model_path")
-        if not configured or not (Path(configured) / "config.json").is_file():
-            return None
-        model = Path(configured)
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    return lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False)
+    elif (model := local_model((load_file(config).get("trainer") or {}).get("model_path"))) is None:
+        return None
+    return decoder(model)

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from cua_stream.cli.common import Bootstrap, ConfigFile, Prefix, friendly_errors, make_bus, set_log_level
-
-if TYPE_CHECKING:
-    from consumers.trainer.retrain.prepare import RetrainPlan
-    from cua_stream.events import TrainStep
 
 
 @friendly_errors
@@ -65,7 +60,8 @@ def retrain(
     Example: cua-stream retrain --from r1 --run-id r1-kl --set trainer.kl_coef=0.3 --dry-run"""
     import anyio
 
-    from consumers.trainer.retrain.prepare import RetrainRequest, plan_lines, plan_retrain, prepare_start
+    from consumers.trainer.retrain.prepare import RetrainRequest, plan_lines, plan_retrain
+    from cua_stream.app.retrain import train
 
     set_log_level(log_level)
     bus = make_bus(bootstrap, prefix, config)  # only its [bus] section: the settings are the run's own
@@ -77,25 +73,4 @@ def retrain(
     print("\n".join(plan_lines(plan)), flush=True)
     if dry_run:
         return
-    prepare_start(plan)
-    train(plan)
-
-
-def train(plan: RetrainPlan) -> None:
-    import anyio
-    from transformers.utils import logging as hf_logging
-
-    from consumers.trainer.entry import serve
-    from consumers.trainer.retrain.plan import step_line
-
-    cfg = plan.config
-    hf_logging.disable_progress_bar()  # a checkpoint's save would draw one: each step's line says more
-
-    def step(record: TrainStep) -> None:
-        print(step_line(record, plan.recorded.steps.get(record.step)), flush=True)
-
-    anyio.run(functools.partial(serve, cfg, on_step=step))
-    print(
-        f"{cfg.run_id}: steps {min(plan.batches)}..{max(plan.batches)} trained (checkpoints in "
-        f"{cfg.checkpoints}); side by side: cua-stream runs compare {cfg.retrain_of} {cfg.run_id}"
-    )
+    train(plan, say=lambda line: print(line, flush=True))

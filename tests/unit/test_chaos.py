@@ -336,3 +336,25 @@ def test_a_slow_early_group_within_the_window_is_in_flight_and_a_group_issued_sh
     short = dataclasses.replace(run, work=[w for w in run.work if w.episode_id != "g5-e1"])
     found = problems(short)["every group trained once or dropped with a reason"]
     assert found == ("g5: issued 1 of its 2 episodes",)
+
+
+def test_the_reports_rows_and_lines_are_what_the_command_prints(tmp_path: Path) -> None:
+    from cua_stream.app.chaos.fault_schedule import Fault
+    from cua_stream.app.chaos.invariants import Check
+    from cua_stream.app.chaos.report import Applied, ChaosReport, fault_rows, summary_line, tail_lines
+
+    applied = [Applied(Fault(1.0, Action.KILL, "producer-0", 0), 1.2, 3.4),
+               Applied(Fault(2.0, Action.KILL, "producer-1", 0), 2.2, 1.1),
+               Applied(Fault(3.0, Action.PAUSE, "engine", 5.0), 3.0)]  # fmt: skip
+    assert fault_rows(applied) == [("engine", "pause", "1", "-"), ("producer", "kill", "2", "3.4 / 3.4")]
+    report = ChaosReport(
+        "r", tmp_path, applied, [], [Check("turns", 9, ("x",), lost=2)], {"engine": [], "producer-0": [-9]},
+        {}, 61.4, 12, 48, discards={"timeout": 2},
+    )  # fmt: skip
+    assert summary_line(report) == (
+        "3 faults applied (0 not applied: the run was stopping), 12 steps, 48 episodes in 61s; lost 2, "
+        "duplicated 0; exits nobody asked for: producer-0 [-9]"
+    )
+    assert tail_lines(report) == [
+        "episodes discarded: timeout x2", "groups dropped: none", f"logs, checkpoints and broker data: {tmp_path}"
+    ]  # fmt: skip

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from consumers.trainer import checkpoint as ckpt
-from consumers.trainer.config import TrainerConfig
+from consumers.trainer.config import TRAINER_DEFAULTS, TrainerConfig
 from consumers.trainer.retrain.plan import (
     change_lines,
     parse_override,
@@ -55,7 +55,7 @@ class RetrainRequest:
     """The prefix of the source run's ``TrainStep`` and settings records; empty: the bus's."""
     checkpoint_dir: str = ""
     """The retrain's own; empty: ``<state dir>/trainer/<run id>``."""
-    rejudge: bool = False
+    rejudge: bool = TRAINER_DEFAULTS["rejudge"]
     """Decide the recorded groups again under the retrain's rules (``plan.SAMPLE_RULES`` may change)."""
 
 

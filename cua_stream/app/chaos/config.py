@@ -8,6 +8,7 @@ from typing import Literal
 
 import msgspec
 
+from consumers.trainer.config import TRAINER_DEFAULTS
 from cua_stream.config import ConfigError, state_dir
 
 Mode = Literal["fast", "real"]
@@ -31,9 +32,9 @@ class ChaosConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     steps: int = 12
     """GRPO steps the trainer takes at least: the run stops it once it has taken them and every fault of
     the schedule has been applied and healed (a quick trainer trains on meanwhile)."""
-    groups_per_step: int = 2
+    groups_per_step: int = TRAINER_DEFAULTS["groups_per_step"]
     """The trainer's ``groups_per_step`` in the run."""
-    group_size: int = 4
+    group_size: int = TRAINER_DEFAULTS["group_size"]
     """The trainer's ``group_size`` in the run (episodes per GRPO group)."""
     max_staleness: int = 2
     """The trainer's ``max_staleness`` in the run."""

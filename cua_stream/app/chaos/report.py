@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cua_stream.app.chaos.fault_schedule import Fault
-from cua_stream.app.chaos.invariants import Check
-from cua_stream.app.chaos.resource_usage import Point
+from cua_stream.app.chaos.fault_schedule import Fault, kind
+from cua_stream.app.chaos.invariants import Check, totals
+from cua_stream.app.chaos.resource_usage import Point, plot
 from cua_stream.app.chaos.soak import memory_growth, spreads
 
 
@@ -81,3 +83,98 @@ class ChaosReport:
             "loop_lag_s": {s.name: [s.p50, s.p99, s.max] for s in spreads(self.points, "loop")},
             "consumer_lag": {s.name: [s.p50, s.p99, s.max] for s in spreads(self.points, "lag")},
         }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------
+# The report as the command shows it: rows and lines of plain text (the command colours and prints them).
+
+
+def fault_rows(applied: list[Applied]) -> list[tuple[str, str, str, str]]:
+    """(target kind, action, times applied, recovery ``p50 / max`` seconds or ``-``), sorted."""
+    by_kind: dict[tuple[str, str], list[float]] = {}
+    for a in applied:
+        key = (kind(a.fault.target), a.fault.action.value)
+        by_kind.setdefault(key, [])
+        if a.recovered_s is not None:
+            by_kind[key].append(a.recovered_s)
+    counts = Counter((kind(a.fault.target), a.fault.action.value) for a in applied)
+    rows = []
+    for (target, action), n in sorted(counts.items()):
+        rec = sorted(by_kind[(target, action)])
+        shown = f"{rec[len(rec) // 2]:.1f} / {rec[-1]:.1f}" if rec else "-"
+        rows.append((target, action, str(n), shown))
+    return rows
+
+
+def summary_line(report: ChaosReport) -> str:
+    """Faults, steps, episodes, what was lost or duplicated, and the exits nobody asked for."""
+    lost, duplicated = totals(report.checks)
+    crashed = {n: codes for n, codes in report.crashes.items() if codes}
+    return (
+        f"{len(report.applied)} faults applied ({len(report.skipped)} not applied: the run was stopping), "
+        f"{report.steps} steps, {report.episodes} episodes in {report.wall_s:.0f}s; lost {lost}, "
+        f"duplicated {duplicated}; exits nobody asked for: "
+        + (", ".join(f"{n} {codes}" for n, codes in sorted(crashed.items())) or "none")
+    )
+
+
+@dataclass(frozen=True)
+class MemoryRow:
+    """One daemon's line of the resources table."""
+
+    cells: tuple[str, str, str, str]
+    """Daemon, memory early, late and peak (MB)."""
+    bounded: bool
+    verdict: str
+    """``yes``, or ``no (+N MB)``."""
+    loop_lag: str
+    """Event-loop lag ``p50 / p99 / max`` (ms), or ``-``."""
+
+
+def memory_rows(points: list[Point]) -> list[MemoryRow]:
+    loops = {s.name: s for s in spreads(points, "loop")}
+    rows = []
+    for g in memory_growth(points):
+        lag = loops.get(g.name)
+        shown = f"{lag.p50 * 1e3:.0f} / {lag.p99 * 1e3:.0f} / {lag.max * 1e3:.0f}" if lag else "-"
+        verdict = "yes" if g.bounded else f"no (+{g.grew_mb:.0f} MB)"
+        cells = (g.name, f"{g.early_mb:.0f}", f"{g.late_mb:.0f}", f"{g.peak_mb:.0f}")
+        rows.append(MemoryRow(cells, g.bounded, verdict, shown))
+    return rows
+
+
+def lag_lines(points: list[Point]) -> list[str]:
+    """Each consumer group's lag spread."""
+    return [
+        f"consumer group {s.name}: lag p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f} records"
+        for s in spreads(points, "lag")
+    ]
+
+
+def tail_lines(report: ChaosReport) -> list[str]:
+    """What the faults did to episodes and groups, the principals of a secured run, where the run lives."""
+    lines = []
+    for what, counts in (("episodes discarded", report.discards), ("groups dropped", report.drops)):
+        shown = ", ".join(f"{reason} x{n}" for reason, n in sorted(counts.items())) or "none"
+        lines.append(f"{what}: {shown}")
+    if report.principals:
+        lines.append(
+            "principals (SASL_SSL): " + ", ".join(f"{n} as {p}" for n, p in sorted(report.principals.items()))
+        )
+    lines.append(f"logs, checkpoints and broker data: {report.home}")
+    return lines
+
+
+def save_plot(report: ChaosReport) -> Path | None:
+    """The resources plot at ``<home>/resources.png``; None when the run sampled nothing."""
+    if not report.points:
+        return None
+    path = report.home / "resources.png"
+    plot(report.points, path, f"{report.run_id}: {len(report.applied)} faults, {report.steps} steps")
+    return path
+
+
+def save_json(report: ChaosReport) -> Path:
+    path = report.home / "report.json"
+    path.write_text(json.dumps(report.to_json(), indent=1))
+    return path

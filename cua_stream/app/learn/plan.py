@@ -18,11 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from consumers.trainer.config import TRAINER_DEFAULTS
 from cua_stream.evaluation.plan import EvalPlan, eval_seeds
 from cua_stream.evaluation.results import EvalResults
 from cua_stream.evaluation.stats import OVERALL, Summary, by_task
 from cua_stream.events import Reward, ScoreEvent, TaskRef, TrainStep, WorkRequest
 from cua_stream.tasks.policies import reply_action
+from producers.config import PRODUCER_DEFAULTS
 
 SEED_SPACE = 2**32
 """Seeds at or above this are never a group's CRC-32 (``identity.layout_seed``)."""
@@ -125,8 +127,8 @@ class LearnPlan:
     sft_lr: float = 1e-3
     steps: int = 200
     """In practice the time budget ends the run first."""
-    group_size: int = 4
-    groups_per_step: int = 2
+    group_size: int = TRAINER_DEFAULTS["group_size"]
+    groups_per_step: int = TRAINER_DEFAULTS["groups_per_step"]
     lr: float = 3e-4
     """With the failed episodes' pushes in the loss (``negative_scale`` 1), at 1e-4 and above a step
     moved the tiny policy by 1e-2 to 4e-2 nat per token and the reward fell, so 3e-5 it was — ~35
@@ -151,15 +153,15 @@ class LearnPlan:
     weight by the full lr, whatever its gradient), so the steps the goal calls "just after SFT" were
     already past it; ramped, the policies of the first three steps are at most 0.3 of one full step from
     SFT's (docs/learning.md)."""
-    passes: int = 1
+    passes: int = TRAINER_DEFAULTS["passes"]
     """Optimizer updates per GRPO step on its batch (GRPO's μ)."""
-    loss_reduction: str = "episode"
+    loss_reduction: str = TRAINER_DEFAULTS["loss_reduction"]
     """trainer.loss_reduction. ``token`` (DAPO) goes with ``max_parse_errors``: a failed episode is then
     short, and under ``episode`` its prefix tokens would outweigh a rewarded episode's."""
-    temperature: float = 1.0
+    temperature: float = TRAINER_DEFAULTS["temperature"]
     """GRPO's (and the evaluation's) sampling temperature: the policy's own distribution. A tiny model's
     reply is one long JSON object and an unlikely token derails it: that is what GRPO learns to avoid."""
-    top_k: int = -1
+    top_k: int = TRAINER_DEFAULTS["top_k"]
     """GRPO's (and the evaluation's) sampling keeps the ``top_k`` likeliest tokens (-1: all)."""
     min_p: float = 0.1
     """GRPO's (and the evaluation's) sampling drops tokens less likely than ``min_p`` times the
@@ -173,7 +175,7 @@ class LearnPlan:
     rewarded episodes of a run without it, 1 had recovered from one). Measured with the token loss over 3
     seeds: +0.04, +0.13, +0.38 against +0.21, +0.29, +0.04 without; the same mean, so not the default
     (docs/learning.md)."""
-    concurrency: int = 2
+    concurrency: int = PRODUCER_DEFAULTS["concurrency"]
     max_new_tokens: int = 96
     """The oracle's replies are ~40-70 tokens."""
     window: int = 3

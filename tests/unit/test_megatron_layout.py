@@ -22,7 +22,7 @@ from cua_stream.errors import ConfigError
 
 QWEN3_VL_LIKE = {
     "text_config": {"num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 6},
-    "vision_config": {"num_heads": 6},
+    "vision_config": {"num_heads": 6, "deepstack_visual_indexes": [0, 1]},
 }
 """Heads 4 (key/value 2), 6 layers, a vision tower of 6 heads: each count divides differently."""
 
@@ -33,7 +33,7 @@ ENV = [
 
 
 def test_the_shape_is_read_from_a_vl_configs_text_and_vision_parts_or_a_text_models_top_level() -> None:
-    assert ModelShape(attention_heads=4, kv_heads=2, layers=6, vision_heads=6) == SHAPE
+    assert ModelShape(attention_heads=4, kv_heads=2, layers=6, vision_heads=6, deepstack=2) == SHAPE
     text_only = ModelShape.of_config({"num_attention_heads": 8, "num_hidden_layers": 3})
     assert text_only == ModelShape(attention_heads=8, kv_heads=8, layers=3, vision_heads=None)
 
@@ -91,6 +91,21 @@ def test_the_vision_towers_heads_bound_tensor_parallelism_too() -> None:
     assert layout_error(ParallelLayout(tensor=4, nproc_per_node=4), shape) == (
         "trainer.tensor_parallel_size: 4 does not divide the model's 6 vision heads"
     )
+
+
+def test_the_deepstack_layers_stay_on_the_first_pipeline_stage() -> None:
+    """Measured: megatron-bridge's Qwen3-VL asserts it at build (the tiny model, 2 layers and 2 deepstack
+    layers, at PP = 2: "the deepstack_visual_embeds should on the first pp-stage of language model")."""
+    tiny = ModelShape(attention_heads=4, kv_heads=2, layers=2, vision_heads=2, deepstack=2)
+    assert layout_error(ParallelLayout(pipeline=2, nproc_per_node=2), tiny) == (
+        "trainer.pipeline_parallel_size: 2 leaves the first stage 1 of the model's 2 layers, and its 2 "
+        "deepstack layers (vision features) must all be there"
+    )
+    assert (
+        layout_error(ParallelLayout(pipeline=2, nproc_per_node=2), ModelShape(4, 2, 4, 2, deepstack=2))
+        is None
+    )
+    assert layout_error(ParallelLayout(pipeline=3, nproc_per_node=3), SHAPE) is None  # 2 of 6 layers first
 
 
 def test_more_ranks_than_gpus_on_a_node_is_refused_and_the_cpu_takes_any_number() -> None:

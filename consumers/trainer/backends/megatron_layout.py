@@ -27,6 +27,9 @@ class ModelShape:
     kv_heads: int
     layers: int
     vision_heads: int | None = None
+    deepstack: int = 0
+    """Qwen3-VL's deepstack: vision features added to this many of the first language layers, which
+    megatron-bridge 0.6.2 requires on the first pipeline stage (``modelling_qwen3_vl/model.py:360``)."""
 
     @classmethod
     def of_config(cls, config: Mapping[str, Any]) -> ModelShape:
@@ -40,6 +43,7 @@ class ModelShape:
             kv_heads=int(text.get("num_key_value_heads") or heads),
             layers=int(text["num_hidden_layers"]),
             vision_heads=int(vision["num_heads"]) if "num_heads" in vision else None,
+            deepstack=len(vision.get("deepstack_visual_indexes") or []),
         )
 
 
@@ -101,6 +105,12 @@ def layout_error(
             return f"{section}.tensor_parallel_size: {tp} does not divide the model's {count} {what}"
     if shape.layers % pp:
         return f"{section}.pipeline_parallel_size: {pp} does not divide the model's {shape.layers} layers"
+    if shape.deepstack > shape.layers // pp:
+        return (
+            f"{section}.pipeline_parallel_size: {pp} leaves the first stage {shape.layers // pp} of the "
+            f"model's {shape.layers} layers, and its {shape.deepstack} deepstack layers (vision features) "
+            "must all be there"
+        )
     if layout.world % (tp * pp):
         return (
             f"{section}.nproc_per_node: {layout.world} ranks ({layout.nproc_per_node} per node x "

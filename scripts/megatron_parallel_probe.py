@@ -6,19 +6,19 @@ trainer: run it with megatron-bridge's torchrun (``scripts/megatron-env.sh`` mak
 
 Each stage prints ``probe <stage> ok <seconds>`` or ``probe <stage> failed <error>`` on rank 0: the
 process groups, megatron's model-parallel groups, the model built and loaded (megatron-bridge's
-``AutoBridge``), a forward over one text item and one image item (vision tower included), the token
-logprobs gathered over the vocabulary shards, and the backward. ``--out``: rank 0 writes the loss (minus
-the mean token logprob) and the gradient's global norm (megatron's, duplicates counted once), to compare
-with a run at ``--tp 1 --pp 1`` (one rank). PP > 1: the stages built by megatron-bridge's provider, the
-hidden states passed forward and their gradient back by hand (one microbatch; megatron-core's schedules
-allocate on CUDA).
+``AutoBridge``), a forward over two text items and two with an image (vision tower included; each
+data-parallel replica takes every other item), the token logprobs gathered over the vocabulary shards, the
+backward, the replicas' gradients summed. ``--out``: the last stage's first rank writes the loss (minus
+the mean token logprob over all items) and the gradient's global norm (each shard once), to compare with
+one rank (``--nproc_per_node 1``). PP > 1: the stages built by megatron-bridge's provider, the hidden
+states passed forward and their gradient back by hand (one microbatch; megatron-core's schedules allocate
+on CUDA). ``--mutant``: one of those steps broken, for a test to tell apart.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import traceback
@@ -108,12 +108,14 @@ def main() -> int:
     import torch.distributed as dist
     from megatron.core import parallel_state, tensor_parallel
 
-    rank = int(os.environ.get("RANK", "0"))
     torch.manual_seed(0)
     bridge_cls = import_bridge()
     use_local_modules(on_gpu=False)
-    if not dist.is_initialized():
-        stage("init_process_group", rank, lambda: dist.init_process_group("gloo"))
+    start = time.perf_counter()
+    dist.init_process_group("gloo")  # rank, world size and rendezvous from torchrun's environment
+    rank = dist.get_rank()
+    if rank == 0:
+        print(f"probe init_process_group ok {time.perf_counter() - start:.2f}", flush=True)
     stage(
         "initialize_model_parallel", rank, lambda: parallel_state.initialize_model_parallel(args.tp, args.pp)
     )

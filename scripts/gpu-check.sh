@@ -18,6 +18,10 @@
 # Environment: CUA_GPU_CHECK_HOME (state, logs, report; default a new temp dir), CUA_GPU_CHECK_PORT (SGLang's
 # port, default 30000), CUA_GPU_CHECK_GATEWAY_PORT (the session gateway's, default SGLang's + 1),
 # CUA_SGLANG_ARGS (extra launch_server flags), CUA_GPU_CHECK_MAX_GAP (default 0.02).
+# The megatron trainer's parallel layout on a multi-GPU host: CUA_GPU_CHECK_TP and CUA_GPU_CHECK_PP (default
+# 1 each), passed on as trainer.tensor_parallel_size, pipeline_parallel_size and nproc_per_node = TP x PP (one
+# rank per GPU; step 1 checks the host has that many). The trainer refuses at start a layout the model cannot
+# take; its worker runs one rank yet, so TP x PP > 1 stops at step 6 with the worker's message (issue #53).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -58,12 +62,20 @@ wait_for() {  # URL SECONDS: until it answers 200
   return 1
 }
 
+tp=${CUA_GPU_CHECK_TP:-1}
+pp=${CUA_GPU_CHECK_PP:-1}
+ranks=$((tp * pp))
+if [ "$ranks" -gt 1 ]; then
+  export CUA_TRAINER_TENSOR_PARALLEL_SIZE="$tp" CUA_TRAINER_PIPELINE_PARALLEL_SIZE="$pp" CUA_TRAINER_NPROC_PER_NODE="$ranks"
+fi
+
 # 1. the GPU
 if [ "$dry" = 1 ]; then
   say "1/7 GPU: skipped (--dry-run)"
 else
   gpus=$(nvidia-smi -L 2>/dev/null) || fail "1/7 GPU: nvidia-smi finds no GPU (install the NVIDIA driver, or use --dry-run)"
-  say "1/7 GPU: $(echo "$gpus" | head -n 1)"
+  [ "$(echo "$gpus" | wc -l)" -ge "$ranks" ] || fail "1/7 GPU: the layout TP=$tp x PP=$pp needs $ranks GPUs, nvidia-smi lists $(echo "$gpus" | wc -l)"
+  say "1/7 GPU: $(echo "$gpus" | head -n 1) (layout TP=$tp x PP=$pp)"
 fi
 
 # 2. cua-stream's environment (Python 3.12 venv, pinned packages) and a JDK for the Kafka broker

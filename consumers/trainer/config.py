@@ -9,6 +9,13 @@ from typing import Any, Literal
 
 import msgspec
 
+from consumers.trainer.backends.megatron_layout import (
+    ONE_RANK,
+    ParallelLayout,
+    device_layout_error,
+    layout_error,
+    read_model_shape,
+)
 from consumers.trainer.grpo.groups import GroupPolicy
 from consumers.trainer.grpo.loss_config import LossConfig
 from consumers.trainer.stream.feeder import sampling_of
@@ -111,6 +118,25 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """Where the megatron backend's model trains: ``cpu`` (float32) or ``cuda`` / ``cuda:N`` (bfloat16
     weights, float32 AdamW masters: consumers/trainer/backends/megatron/worker.py). The torch backend trains
     on the CPU."""
+    tensor_parallel_size: int = 1
+    """The megatron backend's tensor-parallel ranks (TP): each layer's attention heads (key/value and the
+    vision tower's too) split over this many ranks, so it must divide each head count
+    (consumers/trainer/backends/megatron_layout.py)."""
+    pipeline_parallel_size: int = 1
+    """The megatron backend's pipeline stages (PP): the language model's layers split over this many ranks,
+    so it must divide the layer count."""
+    distributed_optimizer: bool = False
+    """The megatron backend's optimizer state sharded over the data-parallel replicas (Megatron's
+    distributed optimizer; its reduce-scatter and all-gather need NCCL or a gloo that has them)."""
+    nproc_per_node: int = 1
+    """The megatron backend's worker ranks per node (torchrun's ``--nproc_per_node``; on GPUs one per GPU).
+    The ranks over ``tensor_parallel_size * pipeline_parallel_size`` are the data-parallel replicas."""
+    nnodes: int = 1
+    """Nodes the megatron backend's worker ranks span (torchrun's ``--nnodes``; more than one needs
+    ``rdzv_endpoint``)."""
+    rdzv_endpoint: str = ""
+    """torchrun's rendezvous endpoint (``host:port``, c10d) for worker ranks on several nodes; empty: one
+    node, standalone."""
     lr: float = 1e-5
     """AdamW's learning rate (after the warmup)."""
     lr_warmup_steps: int = 0
@@ -262,10 +288,38 @@ class TrainerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             )
         if error := device_error(self.backend, self.device):
             raise ConfigError(error)
+        if error := self.layout_error():
+            raise ConfigError(error)
         if not self.min_step_s >= 0:
             raise ConfigError("trainer.min_step_s: must be >= 0 (0: no padding)")
         if self.lr <= 0 or self.temperature <= 0 or self.group_timeout_s <= 0:
             raise ConfigError("trainer.lr, trainer.temperature and trainer.group_timeout_s: must be > 0")
+
+    @property
+    def layout(self) -> ParallelLayout:
+        """The megatron backend's ranks and how they split the model."""
+        return ParallelLayout(
+            tensor=self.tensor_parallel_size,
+            pipeline=self.pipeline_parallel_size,
+            nproc_per_node=self.nproc_per_node,
+            nnodes=self.nnodes,
+            distributed_optimizer=self.distributed_optimizer,
+            rdzv_endpoint=self.rdzv_endpoint,
+        )
+
+    def layout_error(self) -> str | None:
+        """What is wrong with the parallel layout, if anything: only the megatron backend takes one, and
+        it must fit the model (its ``config.json``, read here) and the device."""
+        layout = self.layout
+        if layout == ONE_RANK:
+            return None
+        if self.backend != "megatron":
+            return "trainer.tensor_parallel_size, pipeline_parallel_size, nproc_per_node, nnodes: need trainer.backend = 'megatron'"
+        try:
+            shape = read_model_shape(self.model_path)
+        except (OSError, ValueError, KeyError) as e:
+            return f"trainer.model_path: no model shape to check the parallel layout against ({e})"
+        return layout_error(layout, shape) or device_layout_error(self.device, layout)
 
     @property
     def policy(self) -> GroupPolicy:

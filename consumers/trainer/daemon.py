@@ -128,7 +128,12 @@ class Trainer:
         if error := start_error(self.recorded, saved.step, self.dir):
             raise ConfigError(error)
         megatron = self.config.backend == "megatron"
-        backend = (partial(MegatronVLBackend, device=self.config.device) if megatron else TorchBackend)(
+        backend_class = (
+            partial(MegatronVLBackend, device=self.config.device, layout=self.config.layout)
+            if megatron
+            else TorchBackend
+        )
+        backend = backend_class(
             self.config.model_path,
             open_blob_store(self.config.blobs),
             temperature=self.config.temperature,

@@ -21,6 +21,7 @@ from typing import IO, Any
 import torch
 
 from consumers.trainer.backends.megatron import worker_file
+from consumers.trainer.backends.megatron_layout import ONE_RANK, ParallelLayout
 from consumers.trainer.backends.torch_backend import StepStats, TrainItem, loss_mask
 from consumers.trainer.episodes.checks import Vocabulary
 from consumers.trainer.episodes.sample_images import pixel_inputs
@@ -106,11 +107,17 @@ class MegatronVLBackend:
         passes: int = 1,
         python: str | None = None,
         device: str = "cpu",
+        layout: ParallelLayout = ONE_RANK,
     ) -> None:
         """As ``TorchBackend``'s; ``python``: megatron-bridge's (``megatron_python()`` by default);
-        ``device``: where the worker's model trains (``trainer.device``)."""
+        ``device``: where the worker's model trains (``trainer.device``); ``layout``: its ranks."""
         if passes < 1:
             raise ValueError("passes must be >= 1")
+        if layout.world > 1:  # checked for the model at config time; the worker itself is one rank yet
+            raise WorkerError(
+                f"trainer.nproc_per_node, trainer.nnodes: {layout.world} ranks: the megatron worker runs one "
+                "rank so far (tensor, pipeline and data parallelism are issue #53's next slices)"
+            )
         from transformers import AutoConfig, AutoProcessor
 
         self.blobs = blobs

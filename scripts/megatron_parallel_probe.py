@@ -1,0 +1,260 @@
+"""Does megatron-bridge's Qwen3-VL run with TP / PP / DP > 1 over gloo on the CPU? A measurement, not a
+trainer: run it with megatron-bridge's torchrun (``scripts/megatron-env.sh`` makes the venv)::
+
+    torchrun --nproc_per_node 2 scripts/megatron_parallel_probe.py MODEL_DIR --tp 2 [--pp 1] [--out OUT.json]
+    python scripts/megatron_parallel_probe.py MODEL_DIR --make-variant OUT_DIR --layers 4
+
+Each stage prints ``probe <stage> ok <seconds>`` or ``probe <stage> failed <error>`` on rank 0: the
+process groups, megatron's model-parallel groups, the model built and loaded (megatron-bridge's
+``AutoBridge``), a forward over two text items and two with an image (vision tower included; each
+data-parallel replica takes every other item), the token logprobs gathered over the vocabulary shards, the
+backward, the replicas' gradients summed. ``--out``: the last stage's first rank writes the loss (minus
+the mean token logprob over all items) and the gradient's global norm (each shard once), to compare with
+one rank (``--nproc_per_node 1``). PP > 1: the stages built by megatron-bridge's provider, the hidden
+states passed forward and their gradient back by hand (one microbatch; megatron-core's schedules allocate
+on CUDA). ``--mutant``: one of those steps broken, for a test to tell apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "consumers/trainer/backends/megatron"))
+
+import torch
+from megatron_cpu import import_bridge, use_local_modules
+
+
+def items(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Two text items and two with a 4 x 4-patch image each (4 image tokens after the 2 x 2 merge), seeded;
+    ordered so that two data-parallel ranks (every other item) each get one of each."""
+    vision = config["vision_config"]
+    g = torch.Generator().manual_seed(0)
+    patch = vision["in_channels"] * vision["temporal_patch_size"] * vision["patch_size"] ** 2
+    image = [config["vision_start_token_id"], *[config["image_token_id"]] * 4, config["vision_end_token_id"]]
+
+    def text(n: int) -> dict[str, Any]:
+        return {"tokens": torch.randint(100, 1000, (n,), generator=g)}
+
+    def with_image() -> dict[str, Any]:
+        return {
+            "tokens": torch.tensor(
+                [*torch.randint(100, 1000, (3,), generator=g).tolist(), *image, 14, 15, 16]
+            ),
+            "pixel_values": torch.randn(16, patch, generator=g),
+            "image_grid_thw": torch.tensor([[1, 4, 4]]),
+        }
+
+    return [text(12), with_image(), with_image(), text(9)]
+
+
+def make_variant(model_dir: str, out: str, layers: int) -> None:
+    """The model of ``model_dir`` with ``layers`` language layers, seeded random weights (a PP probe needs
+    the deepstack layers, 2 in the tiny model, on its first stage): its processor files copied."""
+    import shutil
+
+    from transformers import AutoConfig, Qwen3VLForConditionalGeneration
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for f in Path(model_dir).iterdir():
+        if f.is_file() and not f.name.endswith(".safetensors") and f.name != "config.json":
+            shutil.copy(f, Path(out) / f.name)
+    config = AutoConfig.from_pretrained(model_dir)
+    config.text_config.num_hidden_layers = layers
+    torch.manual_seed(0)
+    Qwen3VLForConditionalGeneration(config).save_pretrained(out)
+
+
+def stage(name: str, rank: int, fn: Any) -> Any:
+    start = time.perf_counter()
+    try:
+        out = fn()
+    except Exception as e:
+        if rank == 0:
+            print(f"probe {name} failed {type(e).__name__}: {e}", flush=True)
+            traceback.print_exc()
+        raise SystemExit(1) from None
+    if rank == 0:
+        print(f"probe {name} ok {time.perf_counter() - start:.2f}", flush=True)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("model_dir")
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--out", default="")
+    parser.add_argument(
+        "--mutant",
+        choices=["none", "no_grad_allreduce", "no_dp_allreduce", "drop_vision"],
+        default="none",
+        help="break one thing a parallel run needs, for a test to see the difference",
+    )
+    parser.add_argument(
+        "--make-variant", default="", help="write MODEL_DIR with --layers layers here, and stop"
+    )
+    parser.add_argument("--layers", type=int, default=4)
+    args = parser.parse_args()
+    if args.make_variant:
+        make_variant(args.model_dir, args.make_variant, args.layers)
+        return 0
+    import torch.distributed as dist
+    from megatron.core import parallel_state, tensor_parallel
+
+    torch.manual_seed(0)
+    bridge_cls = import_bridge()
+    use_local_modules(on_gpu=False)
+    start = time.perf_counter()
+    dist.init_process_group("gloo")  # rank, world size and rendezvous from torchrun's environment
+    rank = dist.get_rank()
+    if rank == 0:
+        print(f"probe init_process_group ok {time.perf_counter() - start:.2f}", flush=True)
+    stage(
+        "initialize_model_parallel", rank, lambda: parallel_state.initialize_model_parallel(args.tp, args.pp)
+    )
+
+    def build() -> tuple[Any, Any]:
+        bridge = bridge_cls.from_hf_pretrained(args.model_dir)
+        provider = bridge.to_megatron_provider(load_weights=False)
+        provider.tensor_model_parallel_size = args.tp
+        provider.pipeline_model_parallel_size = args.pp
+        provider.use_cpu_initialization = True
+        provider.params_dtype = torch.float32
+        provider.finalize()
+        model = provider.provide(
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+        )
+        bridge.load_hf_weights([model])
+        return bridge, model.float().eval()
+
+    _, model = stage("build_and_load", rank, build)
+    config = json.loads((Path(args.model_dir) / "config.json").read_text())
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "consumers/trainer/backends/megatron"))
+    from worker import pack  # the worker's packing: THD, one segment per item
+
+    dp = parallel_state.get_data_parallel_world_size()
+    every = items(config)
+    mine = every[parallel_state.get_data_parallel_rank() :: dp]  # this replica's share of the batch
+    total = sum(int(item["tokens"].numel()) - 1 for item in every)  # tokens predicted, over all replicas
+    batch = pack(mine)
+    ids = batch["input_ids"]
+    pixels = batch["pixel_values"]
+    if args.mutant == "drop_vision" and parallel_state.is_pipeline_first_stage() and args.pp > 1:
+        pixels = torch.zeros_like(pixels)
+
+    def forward() -> torch.Tensor:
+        return model(
+            input_ids=ids,
+            position_ids=None,
+            attention_mask=None,
+            packed_seq_params=batch["packed_seq_params"],
+            pixel_values=pixels,
+            image_grid_thw=batch["image_grid_thw"],
+        )
+
+    def loss_of(logits: torch.Tensor) -> torch.Tensor:
+        """Minus the summed logprob of each item's tokens after its first, over the batch's predicted
+        tokens (all replicas'): summed over the replicas, the one-rank mean."""
+        full = tensor_parallel.gather_from_tensor_model_parallel_region(logits)  # vocab shards joined
+        rows = torch.log_softmax(full.reshape(ids.shape[1], -1).float(), dim=-1)
+        picked, start = [], 0
+        for length in batch["lengths"]:
+            targets = ids[0, start + 1 : start + length]
+            picked.append(rows[start : start + length - 1].gather(1, targets.unsqueeze(1)))
+            start += length
+        return -torch.cat(picked).sum() / total
+
+    losses: list[torch.Tensor] = []
+    if args.pp == 1:  # one stage: the model called as the worker calls it
+        logits = stage("forward", rank, forward)
+        loss = stage("gather_logprobs", rank, lambda: loss_of(logits))
+        stage("backward", rank, lambda: loss.backward())
+        losses.append(loss.detach())
+    else:  # stages, one microbatch: megatron-core's schedules allocate on "cuda" (schedules.py:2292,
+        # measured), so the hidden states go forward and their gradient back by gloo's send / recv here
+        first = parallel_state.is_pipeline_first_stage()
+        last = parallel_state.is_pipeline_last_stage()
+
+        def pipeline() -> None:
+            received = None
+            if not first:
+                dims = torch.zeros(3, dtype=torch.long)
+                dist.recv(dims, src=parallel_state.get_pipeline_model_parallel_prev_rank())
+                received = torch.zeros(*dims.tolist())
+                dist.recv(received, src=parallel_state.get_pipeline_model_parallel_prev_rank())
+                received.requires_grad_()
+                model.set_input_tensor(received)
+            out = forward()
+            if last:
+                loss = loss_of(out)
+                losses.append(loss.detach())
+                loss.backward()
+            else:
+                nxt = parallel_state.get_pipeline_model_parallel_next_rank()
+                dist.send(torch.tensor(out.shape, dtype=torch.long), dst=nxt)
+                dist.send(out.detach().contiguous(), dst=nxt)
+                grad = torch.zeros_like(out)
+                dist.recv(grad, src=nxt)
+                out.backward(grad)
+            if received is not None:
+                dist.send(
+                    received.grad.contiguous(), dst=parallel_state.get_pipeline_model_parallel_prev_rank()
+                )
+
+        stage("pipeline_forward_backward", rank, pipeline)
+
+    def reduce_over_replicas() -> None:
+        # what megatron's DistributedDataParallel does with its grad buffers: the replicas' gradients
+        # summed (the loss is already divided by the whole batch's tokens)
+        if args.mutant == "no_dp_allreduce":
+            return
+        group = parallel_state.get_data_parallel_group()
+        for p in model.parameters():
+            if p.grad is not None:
+                dist.all_reduce(p.grad, group=group)
+        if losses:
+            dist.all_reduce(losses[0], group=group)
+
+    if dp > 1:
+        stage("data_parallel_all_reduce", rank, reduce_over_replicas)
+
+    def grad_norm() -> float:
+        # megatron's get_grad_norm_fp32 makes its accumulator with torch.cuda (measured: "Found no NVIDIA
+        # driver"); the same sum, on the CPU: each TP shard once, summed over the model-parallel group.
+        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+        square = torch.zeros(())
+        for p in model.parameters():
+            if p.grad is not None and param_is_not_tensor_parallel_duplicate(p):
+                square += p.grad.float().pow(2).sum()
+        if args.mutant != "no_grad_allreduce":
+            dist.all_reduce(square, group=parallel_state.get_model_parallel_group())
+        return float(square.sqrt())
+
+    norm = stage("grad_norm", rank, grad_norm)
+    reporter = (
+        parallel_state.is_pipeline_last_stage()
+        and parallel_state.get_tensor_model_parallel_rank() == 0
+        and parallel_state.get_data_parallel_rank() == 0
+    )
+    if reporter:
+        loss_value = float(losses[0]) if losses else float("nan")
+        print(f"probe result rank {rank} loss {loss_value:.8f} grad_norm {norm:.8f}", flush=True)
+        if args.out:
+            Path(args.out).write_text(
+                json.dumps({"loss": loss_value, "grad_norm": norm, "tp": args.tp, "pp": args.pp, "dp": dp})
+            )
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

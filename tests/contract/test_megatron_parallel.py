@@ -1,0 +1,125 @@
+"""megatron-bridge's Qwen3-VL split over ranks, on this CPU host over gloo: TP = 2, PP = 2 and DP = 2 each
+give one rank's loss and gradient norm (``scripts/megatron_parallel_probe.py`` under megatron-bridge's
+torchrun: the tiny model, vision tower included, two text items and two with an image).
+
+What this checks is megatron's split of the model: the tensor-parallel layers and their all-reduces, the
+vocabulary shards gathered, the pipeline stages with the vision tower and deepstack on the first, the
+replicas' gradients summed. Not the trainer: its worker runs one rank yet (a multi-rank layout stops it at
+start). And not megatron's own pipeline schedules, gradient-norm and distributed optimizer: they allocate on
+CUDA (measured, ``schedules.py:2292``, ``clip_grads.get_grad_norm_fp32``), so the probe passes the stages'
+tensors and sums the norms itself. Each mutant breaks one thing a parallel run needs and must differ.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumers.trainer.backends.megatron_vl_backend import WorkerError
+from consumers.trainer.backends.megatron_vl_backend import megatron_python as backend_python
+from cua_stream.config import child_env
+from tests.integration.gateway_servers import tiny_model_dir
+
+__all__ = ["tiny_model_dir"]  # fixture
+
+pytestmark = [pytest.mark.model, pytest.mark.slow]
+
+PROBE = Path(__file__).resolve().parents[2] / "scripts/megatron_parallel_probe.py"
+LOSS_TOLERANCE = 1e-5
+"""Relative; measured 1e-7 (float32: the shards' sums in another order)."""
+NORM_TOLERANCE = 1e-4
+"""Relative; measured 7e-6 at worst (TP = 2)."""
+
+
+@pytest.fixture(scope="module")
+def megatron_python() -> str:
+    try:
+        return backend_python()
+    except WorkerError as e:
+        pytest.fail(str(e))
+
+
+def probe(python: str, model: Path, nproc: int, out: Path, *args: str) -> dict[str, Any]:
+    torchrun = str(Path(python).parent / "torchrun")
+    cmd = [torchrun, "--standalone", f"--nproc_per_node={nproc}", str(PROBE), str(model)]
+    done = subprocess.run(
+        [*cmd, "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=child_env(PYTHONPATH="", OMP_NUM_THREADS="1"),
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("probe ")]
+    assert done.returncode == 0, "\n".join(lines) + done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def four_layers(megatron_python: str, tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with 4 language layers (random, seeded): its 2 deepstack layers must sit on PP's
+    first stage, which the tiny model's 2 layers cannot split for (``megatron_layout``)."""
+    out = tmp_path_factory.mktemp("tiny-4-layers")
+    cmd = [megatron_python, str(PROBE), str(tiny_model_dir), "--make-variant", str(out), "--layers", "4"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=child_env(PYTHONPATH=""))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def one_rank(
+    megatron_python: str, tiny_model_dir: Path, four_layers: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("one-rank")
+    return {
+        "tiny": probe(megatron_python, tiny_model_dir, 1, out / "tiny.json"),
+        "four": probe(megatron_python, four_layers, 1, out / "four.json"),
+    }
+
+
+LAYOUTS = {"tp2": ("tiny", ["--tp", "2"]), "dp2": ("tiny", []), "pp2": ("four", ["--pp", "2"])}
+MUTANTS = {"tp2": "no_grad_allreduce", "dp2": "no_dp_allreduce", "pp2": "drop_vision"}
+
+
+def relative(a: float, b: float) -> float:
+    return abs(a - b) / abs(b)
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_two_ranks_give_one_ranks_loss_and_gradient_norm(
+    layout: str,
+    megatron_python: str,
+    tiny_model_dir: Path,
+    four_layers: Path,
+    one_rank: dict[str, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    model, args = LAYOUTS[layout]
+    got = probe(
+        megatron_python, tiny_model_dir if model == "tiny" else four_layers, 2, tmp_path / "o.json", *args
+    )
+    want = one_rank[model]
+    assert relative(got["loss"], want["loss"]) < LOSS_TOLERANCE, (got, want)
+    assert relative(got["grad_norm"], want["grad_norm"]) < NORM_TOLERANCE, (got, want)
+
+
+@pytest.mark.parametrize("layout", list(MUTANTS))
+def test_a_parallel_run_missing_a_step_is_told_apart(
+    layout: str,
+    megatron_python: str,
+    tiny_model_dir: Path,
+    four_layers: Path,
+    one_rank: dict[str, dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    """TP without the norm's all-reduce (each rank sees its shards only), DP without the replicas'
+    gradient sum, PP with the first stage's vision input zeroed."""
+    model, args = LAYOUTS[layout]
+    path = tiny_model_dir if model == "tiny" else four_layers
+    got = probe(megatron_python, path, 2, tmp_path / "o.json", *args, "--mutant", MUTANTS[layout])
+    want = one_rank[model]
+    worst = max(relative(got["loss"], want["loss"]), relative(got["grad_norm"], want["grad_norm"]))
+    assert worst > 100 * NORM_TOLERANCE, (got, want)

@@ -160,21 +160,3 @@ def _rates(results: EvalResults) -> str:
         )
         or "none"
     )
-
-
-def _pct(values: dict[str, float]) -> str:
-    return ", ".join(f"{t} {v:.0%}" for t, v in values.items()) or "none"
-
-
-def _rates(results: EvalResults) -> str:
-    """Per task: successes of the scored episodes, with the rate's 95 % interval."""
-    from cua_stream.evaluation.stats import OVERALL, by_task
-
-    tasks = [(t, s) for t, s in by_task(results.episodes).items() if t != OVERALL]
-    return (
-        ", ".join(
-            f"{t} {s.successes}/{s.scored} (95% CI {s.interval.low:.2f}-{s.interval.high:.2f})"
-            for t, s in tasks
-        )
-        or "none"
-    )

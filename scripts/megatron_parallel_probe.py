@@ -2,6 +2,7 @@
 trainer: run it with megatron-bridge's torchrun (``scripts/megatron-env.sh`` makes the venv)::
 
     torchrun --nproc_per_node 2 scripts/megatron_parallel_probe.py MODEL_DIR --tp 2 [--pp 1] [--out OUT.json]
+        [--export] [--mutants]
     python scripts/megatron_parallel_probe.py MODEL_DIR --make-variant OUT_DIR --layers 4
 
 Each stage prints ``probe <stage> ok <seconds>`` or ``probe <stage> failed <error>`` on rank 0: the
@@ -12,12 +13,17 @@ backward, the replicas' gradients summed. ``--out``: the last stage's first rank
 the mean token logprob over all items) and the gradient's global norm (each shard once), to compare with
 one rank (``--nproc_per_node 1``). PP > 1: the stages built by megatron-bridge's provider, the hidden
 states passed forward and their gradient back by hand (one microbatch; megatron-core's schedules allocate
-on CUDA). ``--mutant``: one of those steps broken, for a test to tell apart.
+on CUDA). ``--export``: the weights exported under their Hugging Face names (megatron-bridge's
+``export_hf_weights``, gathering the TP shards and the PP stages), each tensor's digest in ``--out``.
+``--mutants``: after the real run, the same run with one step broken (the gradient norm without its
+all-reduce over the model-parallel group, the replicas' gradients not summed, the first stage's vision input
+zeroed, the TP shards exported in the wrong order), for a test to tell apart: one launch, not one each.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
@@ -91,11 +97,11 @@ def main() -> int:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--out", default="")
+    parser.add_argument("--export", action="store_true", help="export the weights, their digests in --out")
     parser.add_argument(
-        "--mutant",
-        choices=["none", "no_grad_allreduce", "no_dp_allreduce", "drop_vision"],
-        default="none",
-        help="break one thing a parallel run needs, for a test to see the difference",
+        "--mutants",
+        action="store_true",
+        help="after the real run, each step a parallel run needs broken in turn (its results in --out)",
     )
     parser.add_argument(
         "--make-variant", default="", help="write MODEL_DIR with --layers layers here, and stop"
@@ -109,6 +115,7 @@ def main() -> int:
     from megatron.core import parallel_state, tensor_parallel
 
     torch.manual_seed(0)
+    mutants: dict[str, dict[str, float]] = {}  # each broken step's loss and norm, when --mutants
     bridge_cls = import_bridge()
     use_local_modules(on_gpu=False)
     start = time.perf_counter()
@@ -135,7 +142,7 @@ def main() -> int:
         bridge.load_hf_weights([model])
         return bridge, model.float().eval()
 
-    _, model = stage("build_and_load", rank, build)
+    bridge, model = stage("build_and_load", rank, build)
     config = json.loads((Path(args.model_dir) / "config.json").read_text())
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "consumers/trainer/backends/megatron"))
     from worker import pack  # the worker's packing: THD, one segment per item
@@ -147,8 +154,6 @@ def main() -> int:
     batch = pack(mine)
     ids = batch["input_ids"]
     pixels = batch["pixel_values"]
-    if args.mutant == "drop_vision" and parallel_state.is_pipeline_first_stage() and args.pp > 1:
-        pixels = torch.zeros_like(pixels)
 
     def forward() -> torch.Tensor:
         return model(
@@ -173,6 +178,8 @@ def main() -> int:
         return -torch.cat(picked).sum() / total
 
     losses: list[torch.Tensor] = []
+    first = parallel_state.is_pipeline_first_stage()
+    last = parallel_state.is_pipeline_last_stage()
     if args.pp == 1:  # one stage: the model called as the worker calls it
         logits = stage("forward", rank, forward)
         loss = stage("gather_logprobs", rank, lambda: loss_of(logits))
@@ -180,8 +187,6 @@ def main() -> int:
         losses.append(loss.detach())
     else:  # stages, one microbatch: megatron-core's schedules allocate on "cuda" (schedules.py:2292,
         # measured), so the hidden states go forward and their gradient back by gloo's send / recv here
-        first = parallel_state.is_pipeline_first_stage()
-        last = parallel_state.is_pipeline_last_stage()
 
         def pipeline() -> None:
             received = None
@@ -211,11 +216,28 @@ def main() -> int:
 
         stage("pipeline_forward_backward", rank, pipeline)
 
+    def grad_norm(*, all_reduce: bool = True) -> float:
+        # megatron's get_grad_norm_fp32 makes its accumulator with torch.cuda (measured: "Found no NVIDIA
+        # driver"); the same sum, on the CPU: each TP shard once, summed over the model-parallel group.
+        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
+
+        square = torch.zeros(())
+        for p in model.parameters():
+            if p.grad is not None and param_is_not_tensor_parallel_duplicate(p):
+                square += p.grad.float().pow(2).sum()
+        if all_reduce:
+            dist.all_reduce(square, group=parallel_state.get_model_parallel_group())
+        return float(square.sqrt())
+
+    def loss_value() -> float:
+        return float(losses[0]) if losses else float("nan")
+
+    if args.mutants and dp > 1:  # the replicas' gradients and losses as they are before they are summed
+        mutants["no_dp_allreduce"] = {"loss": loss_value(), "grad_norm": grad_norm()}
+
     def reduce_over_replicas() -> None:
         # what megatron's DistributedDataParallel does with its grad buffers: the replicas' gradients
         # summed (the loss is already divided by the whole batch's tokens)
-        if args.mutant == "no_dp_allreduce":
-            return
         group = parallel_state.get_data_parallel_group()
         for p in model.parameters():
             if p.grad is not None:
@@ -226,34 +248,61 @@ def main() -> int:
     if dp > 1:
         stage("data_parallel_all_reduce", rank, reduce_over_replicas)
 
-    def grad_norm() -> float:
-        # megatron's get_grad_norm_fp32 makes its accumulator with torch.cuda (measured: "Found no NVIDIA
-        # driver"); the same sum, on the CPU: each TP shard once, summed over the model-parallel group.
-        from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
-
-        square = torch.zeros(())
-        for p in model.parameters():
-            if p.grad is not None and param_is_not_tensor_parallel_duplicate(p):
-                square += p.grad.float().pow(2).sum()
-        if args.mutant != "no_grad_allreduce":
-            dist.all_reduce(square, group=parallel_state.get_model_parallel_group())
-        return float(square.sqrt())
-
     norm = stage("grad_norm", rank, grad_norm)
-    reporter = (
-        parallel_state.is_pipeline_last_stage()
-        and parallel_state.get_tensor_model_parallel_rank() == 0
-        and parallel_state.get_data_parallel_rank() == 0
+    result: dict[str, Any] = {"loss": loss_value(), "grad_norm": norm, "tp": args.tp, "pp": args.pp, "dp": dp}
+    if args.mutants and args.tp * args.pp > 1:  # each rank's own shards' norm, not the model's
+        mutants["no_grad_allreduce"] = {"loss": loss_value(), "grad_norm": grad_norm(all_reduce=False)}
+    if args.mutants and args.pp > 1:  # again, the first stage's vision input zeroed
+        model.zero_grad(set_to_none=True)
+        losses.clear()
+        if first:
+            pixels = torch.zeros_like(pixels)
+        stage("pipeline_without_vision", rank, pipeline)
+        mutants["drop_vision"] = {"loss": loss_value(), "grad_norm": grad_norm()}
+    if args.export:
+        result["export"] = stage("export", rank, lambda: exported(bridge, model))
+        if args.mutants and args.tp > 1:  # each rank holding its neighbour's shard: gathered out of order
+            stage("swap_shards", rank, lambda: swap_tensor_parallel_shards(model))
+            mutants["shards_swapped"] = {"export": exported(bridge, model)}
+    result["mutants"] = mutants
+    tp_rank, dp_rank = (
+        parallel_state.get_tensor_model_parallel_rank(),
+        parallel_state.get_data_parallel_rank(),
     )
-    if reporter:
-        loss_value = float(losses[0]) if losses else float("nan")
-        print(f"probe result rank {rank} loss {loss_value:.8f} grad_norm {norm:.8f}", flush=True)
+    if last and tp_rank == 0 and dp_rank == 0:  # the one rank that reports
+        print(f"probe result rank {rank} loss {result['loss']:.8f} grad_norm {norm:.8f}", flush=True)
         if args.out:
-            Path(args.out).write_text(
-                json.dumps({"loss": loss_value, "grad_norm": norm, "tp": args.tp, "pp": args.pp, "dp": dp})
-            )
+            Path(args.out).write_text(json.dumps(result))
     dist.destroy_process_group()
     return 0
+
+
+def exported(bridge: Any, model: Any) -> dict[str, str]:
+    """Each weight megatron-bridge exports (every rank takes part: the shards are gathered), by its Hugging
+    Face name: its dtype, shape and bytes' digest."""
+    digests = {}
+    for name, tensor in bridge.export_hf_weights([model], cpu=True, show_progress=False):
+        t = tensor.detach().contiguous()
+        raw = t.view(torch.uint8) if t.dtype != torch.uint8 else t
+        digests[name] = f"{t.dtype} {list(t.shape)} {hashlib.sha256(raw.numpy().tobytes()).hexdigest()}"
+    return digests
+
+
+def swap_tensor_parallel_shards(model: Any) -> None:
+    """Each tensor-parallel weight replaced by the next TP rank's shard (ranks' order rotated): what an
+    export that gathers the shards in the wrong order would write."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    group = parallel_state.get_tensor_model_parallel_group()
+    size = parallel_state.get_tensor_model_parallel_world_size()
+    me = parallel_state.get_tensor_model_parallel_rank()
+    with torch.no_grad():
+        for p in model.parameters():
+            if getattr(p, "tensor_model_parallel", False):
+                shards = [torch.empty_like(p) for _ in range(size)]
+                dist.all_gather(shards, p.data.contiguous(), group=group)
+                p.data.copy_(shards[(me + 1) % size])
 
 
 if __name__ == "__main__":

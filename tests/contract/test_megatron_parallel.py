@@ -1,23 +1,28 @@
 """megatron-bridge's Qwen3-VL split over ranks, on this CPU host over gloo: TP = 2, PP = 2 and DP = 2 each
-give one rank's loss and gradient norm (``scripts/megatron_parallel_probe.py`` under megatron-bridge's
-torchrun: the tiny model, vision tower included, two text items and two with an image).
+give one rank's loss and gradient norm, and export the same Hugging Face weights, bit for bit
+(``scripts/megatron_parallel_probe.py`` under megatron-bridge's torchrun: the tiny model, vision tower
+included, two text items and two with an image).
 
 What this checks is megatron's split of the model: the tensor-parallel layers and their all-reduces, the
 vocabulary shards gathered, the pipeline stages with the vision tower and deepstack on the first, the
-replicas' gradients summed. Not the trainer: its worker runs one rank yet (a multi-rank layout stops it at
-start). And not megatron's own pipeline schedules, gradient-norm and distributed optimizer: they allocate on
-CUDA (measured, ``schedules.py:2292``, ``clip_grads.get_grad_norm_fp32``), so the probe passes the stages'
-tensors and sums the norms itself. Each mutant breaks one thing a parallel run needs and must differ.
+replicas' gradients summed, the export gathering the shards and stages. Not the trainer: its worker runs one
+rank yet (a multi-rank layout stops it at start). And not megatron's own pipeline schedules, gradient-norm
+and distributed optimizer: they allocate on CUDA (measured, ``schedules.py:2292``,
+``clip_grads.get_grad_norm_fp32``), so the probe passes the stages' tensors and sums the norms itself. Each
+mutant breaks one thing a parallel run needs and must differ; the probe runs them after the real run, in
+the same launch (each launch costs ~18 s of imports here).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from consumers.trainer.backends.megatron_vl_backend import WorkerError
 from consumers.trainer.backends.megatron_vl_backend import megatron_python as backend_python
@@ -45,7 +50,7 @@ def megatron_python() -> str:
 
 def probe(python: str, model: Path, nproc: int, out: Path, *args: str) -> dict[str, Any]:
     torchrun = str(Path(python).parent / "torchrun")
-    cmd = [torchrun, "--standalone", f"--nproc_per_node={nproc}", str(PROBE), str(model)]
+    cmd = [torchrun, "--standalone", f"--nproc_per_node={nproc}", str(PROBE), str(model), "--export"]
     done = subprocess.run(
         [*cmd, "--out", str(out), *args],
         capture_output=True,
@@ -81,45 +86,67 @@ def one_rank(
 
 
 LAYOUTS = {"tp2": ("tiny", ["--tp", "2"]), "dp2": ("tiny", []), "pp2": ("four", ["--pp", "2"])}
-MUTANTS = {"tp2": "no_grad_allreduce", "dp2": "no_dp_allreduce", "pp2": "drop_vision"}
+MUTANTS = {
+    "tp2": ["no_grad_allreduce", "shards_swapped"],
+    "dp2": ["no_dp_allreduce"],
+    "pp2": ["no_grad_allreduce", "drop_vision"],
+}
 
 
 def relative(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
 
 
+@pytest.fixture(scope="module")
+def two_ranks(
+    megatron_python: str, tiny_model_dir: Path, four_layers: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Any]]:
+    """Each layout's run on two ranks, its mutants after it in the same launch."""
+    out = tmp_path_factory.mktemp("two-ranks")
+    models = {"tiny": tiny_model_dir, "four": four_layers}
+    return {
+        layout: probe(megatron_python, models[model], 2, out / f"{layout}.json", *args, "--mutants")
+        for layout, (model, args) in LAYOUTS.items()
+    }
+
+
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_two_ranks_give_one_ranks_loss_and_gradient_norm(
-    layout: str,
-    megatron_python: str,
-    tiny_model_dir: Path,
-    four_layers: Path,
-    one_rank: dict[str, dict[str, Any]],
-    tmp_path: Path,
+def test_two_ranks_give_one_ranks_loss_gradient_norm_and_exported_weights(
+    layout: str, one_rank: dict[str, dict[str, Any]], two_ranks: dict[str, dict[str, Any]]
 ) -> None:
-    model, args = LAYOUTS[layout]
-    got = probe(
-        megatron_python, tiny_model_dir if model == "tiny" else four_layers, 2, tmp_path / "o.json", *args
-    )
-    want = one_rank[model]
+    got, want = two_ranks[layout], one_rank[LAYOUTS[layout][0]]
     assert relative(got["loss"], want["loss"]) < LOSS_TOLERANCE, (got, want)
     assert relative(got["grad_norm"], want["grad_norm"]) < NORM_TOLERANCE, (got, want)
+    # the shards and stages gathered back: every weight under its name, its bytes the one rank's
+    assert len(want["export"]) > 50 and got["export"] == want["export"]
+
+
+def test_one_ranks_export_is_the_checkpoint_it_loaded(
+    tiny_model_dir: Path, one_rank: dict[str, dict[str, Any]]
+) -> None:
+    """The export the layouts are held to is the Hugging Face checkpoint itself: same names, same bytes."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert set(one_rank["tiny"]["export"]) == set(weights)
+    for name, tensor in weights.items():
+        digest = hashlib.sha256(tensor.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+        assert one_rank["tiny"]["export"][name] == f"{tensor.dtype} {list(tensor.shape)} {digest}", name
 
 
 @pytest.mark.parametrize("layout", list(MUTANTS))
 def test_a_parallel_run_missing_a_step_is_told_apart(
-    layout: str,
-    megatron_python: str,
-    tiny_model_dir: Path,
-    four_layers: Path,
-    one_rank: dict[str, dict[str, Any]],
-    tmp_path: Path,
+    layout: str, one_rank: dict[str, dict[str, Any]], two_ranks: dict[str, dict[str, Any]]
 ) -> None:
-    """TP without the norm's all-reduce (each rank sees its shards only), DP without the replicas'
-    gradient sum, PP with the first stage's vision input zeroed."""
-    model, args = LAYOUTS[layout]
-    path = tiny_model_dir if model == "tiny" else four_layers
-    got = probe(megatron_python, path, 2, tmp_path / "o.json", *args, "--mutant", MUTANTS[layout])
-    want = one_rank[model]
-    worst = max(relative(got["loss"], want["loss"]), relative(got["grad_norm"], want["grad_norm"]))
-    assert worst > 100 * NORM_TOLERANCE, (got, want)
+    """TP or PP without the norm's all-reduce (each rank sees its shards only), TP's shards gathered in the
+    wrong order, DP without the replicas' gradient sum, PP with the first stage's vision input zeroed."""
+    want = one_rank[LAYOUTS[layout][0]]
+    mutants = two_ranks[layout]["mutants"]
+    assert sorted(mutants) == sorted(MUTANTS[layout])
+    for name, got in mutants.items():
+        if "export" in got:
+            differ = {k for k, v in got["export"].items() if want["export"].get(k) != v}
+            assert len(differ) > 5, (name, differ)  # every split weight, not one
+        else:
+            worst = max(relative(got["loss"], want["loss"]), relative(got["grad_norm"], want["grad_norm"]))
+            assert worst > 100 * NORM_TOLERANCE, (name, got, want)

@@ -2,7 +2,7 @@
 trainer: run it with megatron-bridge's torchrun (``scripts/megatron-env.sh`` makes the venv)::
 
     torchrun --nproc_per_node 2 scripts/megatron_parallel_probe.py MODEL_DIR --tp 2 [--pp 1] [--out OUT.json]
-        [--export] [--mutants]
+        [--export] [--mutants] [--steps 2 --save WEIGHTS.safetensors]
     python scripts/megatron_parallel_probe.py MODEL_DIR --make-variant OUT_DIR --layers 4
 
 Each stage prints ``probe <stage> ok <seconds>`` or ``probe <stage> failed <error>`` on rank 0: the
@@ -15,6 +15,7 @@ one rank (``--nproc_per_node 1``). PP > 1: the stages built by megatron-bridge's
 states passed forward and their gradient back by hand (one microbatch; megatron-core's schedules allocate
 on CUDA). ``--export``: the weights exported under their Hugging Face names (megatron-bridge's
 ``export_hf_weights``, gathering the TP shards and the PP stages), each tensor's digest in ``--out``.
+``--steps N``: then N SGD steps on the same batch, the exported weights after them in ``--save``.
 ``--mutants``: after the real run, the same run with one step broken (the gradient norm without its
 all-reduce over the model-parallel group, the replicas' gradients not summed, the first stage's vision input
 zeroed, the TP shards exported in the wrong order), for a test to tell apart: one launch, not one each.
@@ -98,6 +99,9 @@ def main() -> int:
     parser.add_argument("--pp", type=int, default=1)
     parser.add_argument("--out", default="")
     parser.add_argument("--export", action="store_true", help="export the weights, their digests in --out")
+    parser.add_argument("--steps", type=int, default=0, help="then this many SGD steps on the same batch")
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--save", default="", help="the weights after --steps, as safetensors, here")
     parser.add_argument(
         "--mutants",
         action="store_true",
@@ -180,49 +184,51 @@ def main() -> int:
     losses: list[torch.Tensor] = []
     first = parallel_state.is_pipeline_first_stage()
     last = parallel_state.is_pipeline_last_stage()
-    if args.pp == 1:  # one stage: the model called as the worker calls it
-        logits = stage("forward", rank, forward)
-        loss = stage("gather_logprobs", rank, lambda: loss_of(logits))
-        stage("backward", rank, lambda: loss.backward())
+
+    def one_stage() -> None:  # the model called as the worker calls it
+        loss = loss_of(forward())
         losses.append(loss.detach())
-    else:  # stages, one microbatch: megatron-core's schedules allocate on "cuda" (schedules.py:2292,
+        loss.backward()
+
+    def pipeline() -> None:
+        # stages, one microbatch: megatron-core's schedules allocate on "cuda" (schedules.py:2292,
         # measured), so the hidden states go forward and their gradient back by gloo's send / recv here
+        received = None
+        if not first:
+            dims = torch.zeros(3, dtype=torch.long)
+            dist.recv(dims, src=parallel_state.get_pipeline_model_parallel_prev_rank())
+            received = torch.zeros(*dims.tolist())
+            dist.recv(received, src=parallel_state.get_pipeline_model_parallel_prev_rank())
+            received.requires_grad_()
+            model.set_input_tensor(received)
+        out = forward()
+        if last:
+            loss = loss_of(out)
+            losses.append(loss.detach())
+            loss.backward()
+        else:
+            nxt = parallel_state.get_pipeline_model_parallel_next_rank()
+            dist.send(torch.tensor(out.shape, dtype=torch.long), dst=nxt)
+            dist.send(out.detach().contiguous(), dst=nxt)
+            grad = torch.zeros_like(out)
+            dist.recv(grad, src=nxt)
+            out.backward(grad)
+        if received is not None:
+            dist.send(received.grad.contiguous(), dst=parallel_state.get_pipeline_model_parallel_prev_rank())
 
-        def pipeline() -> None:
-            received = None
-            if not first:
-                dims = torch.zeros(3, dtype=torch.long)
-                dist.recv(dims, src=parallel_state.get_pipeline_model_parallel_prev_rank())
-                received = torch.zeros(*dims.tolist())
-                dist.recv(received, src=parallel_state.get_pipeline_model_parallel_prev_rank())
-                received.requires_grad_()
-                model.set_input_tensor(received)
-            out = forward()
-            if last:
-                loss = loss_of(out)
-                losses.append(loss.detach())
-                loss.backward()
-            else:
-                nxt = parallel_state.get_pipeline_model_parallel_next_rank()
-                dist.send(torch.tensor(out.shape, dtype=torch.long), dst=nxt)
-                dist.send(out.detach().contiguous(), dst=nxt)
-                grad = torch.zeros_like(out)
-                dist.recv(grad, src=nxt)
-                out.backward(grad)
-            if received is not None:
-                dist.send(
-                    received.grad.contiguous(), dst=parallel_state.get_pipeline_model_parallel_prev_rank()
-                )
+    forward_backward = one_stage if args.pp == 1 else pipeline
+    stage("forward_backward", rank, forward_backward)
 
-        stage("pipeline_forward_backward", rank, pipeline)
-
-    def grad_norm(*, all_reduce: bool = True) -> float:
+    def grad_norm(*, all_reduce: bool = True, qk_layernorms: bool = False) -> float:
         # megatron's get_grad_norm_fp32 makes its accumulator with torch.cuda (measured: "Found no NVIDIA
         # driver"); the same sum, on the CPU: each TP shard once, summed over the model-parallel group.
+        # ``qk_layernorms``: theirs only.
         from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
 
         square = torch.zeros(())
-        for p in model.parameters():
+        for name, p in model.named_parameters():
+            if qk_layernorms and not is_qk_layernorm(name):
+                continue
             if p.grad is not None and param_is_not_tensor_parallel_duplicate(p):
                 square += p.grad.float().pow(2).sum()
         if all_reduce:
@@ -234,6 +240,22 @@ def main() -> int:
 
     if args.mutants and dp > 1:  # the replicas' gradients and losses as they are before they are summed
         mutants["no_dp_allreduce"] = {"loss": loss_value(), "grad_norm": grad_norm()}
+
+    def sum_replicated_over_tensor_parallel() -> None:
+        # megatron's finalize_model_grads (``_allreduce_non_tensor_model_parallel_grads``): the QK
+        # layernorms are whole on every TP rank but each rank's heads give only part of their gradient;
+        # summed over the TP group. Found missing by the steps' weights (one SGD step on, the loss 3.6e-5
+        # off one rank's) where the first gradient norm had matched to 3e-6.
+        grads = [
+            p.grad for name, p in model.named_parameters() if p.grad is not None and is_qk_layernorm(name)
+        ]
+        for grad in grads:
+            dist.all_reduce(grad, group=parallel_state.get_tensor_model_parallel_group())
+
+    if args.mutants and args.tp > 1:  # rank 0's heads' share of the QK layernorms' gradient only
+        mutants["layernorms_not_summed"] = {"qk_layernorm_grad_norm": grad_norm(qk_layernorms=True)}
+    if args.tp > 1:
+        stage("tensor_parallel_layernorm_sum", rank, sum_replicated_over_tensor_parallel)
 
     def reduce_over_replicas() -> None:
         # what megatron's DistributedDataParallel does with its grad buffers: the replicas' gradients
@@ -247,34 +269,69 @@ def main() -> int:
 
     if dp > 1:
         stage("data_parallel_all_reduce", rank, reduce_over_replicas)
+    reporting = (
+        last
+        and parallel_state.get_tensor_model_parallel_rank() == 0
+        and parallel_state.get_data_parallel_rank() == 0
+    )
 
     norm = stage("grad_norm", rank, grad_norm)
     result: dict[str, Any] = {"loss": loss_value(), "grad_norm": norm, "tp": args.tp, "pp": args.pp, "dp": dp}
+    result["qk_layernorm_grad_norm"] = grad_norm(qk_layernorms=True)
     if args.mutants and args.tp * args.pp > 1:  # each rank's own shards' norm, not the model's
         mutants["no_grad_allreduce"] = {"loss": loss_value(), "grad_norm": grad_norm(all_reduce=False)}
     if args.mutants and args.pp > 1:  # again, the first stage's vision input zeroed
         model.zero_grad(set_to_none=True)
         losses.clear()
-        if first:
-            pixels = torch.zeros_like(pixels)
+        real, pixels = pixels, torch.zeros_like(pixels) if first else pixels
         stage("pipeline_without_vision", rank, pipeline)
         mutants["drop_vision"] = {"loss": loss_value(), "grad_norm": grad_norm()}
+        pixels = real
     if args.export:
         result["export"] = stage("export", rank, lambda: exported(bridge, model))
-        if args.mutants and args.tp > 1:  # each rank holding its neighbour's shard: gathered out of order
-            stage("swap_shards", rank, lambda: swap_tensor_parallel_shards(model))
-            mutants["shards_swapped"] = {"export": exported(bridge, model)}
+
+    def sgd_steps() -> list[float]:
+        # plain SGD: an update elementwise on each shard, so what is compared is the gradient each rank
+        # holds after the split, the all-reduces and the replicas' sum, step after step
+        step_losses = []
+        for _ in range(args.steps):
+            model.zero_grad(set_to_none=True)
+            losses.clear()
+            forward_backward()
+            if args.tp > 1:
+                sum_replicated_over_tensor_parallel()
+            if dp > 1:
+                reduce_over_replicas()
+            with torch.no_grad():
+                for p in model.parameters():
+                    if p.grad is not None:
+                        p.add_(p.grad, alpha=-args.lr)
+            step_losses.append(loss_value())
+        return step_losses
+
+    if args.steps:
+        result["step_losses"] = stage("sgd_steps", rank, sgd_steps)
+        weights = dict(bridge.export_hf_weights([model], cpu=True, show_progress=False))  # every rank
+        if reporting and args.save:
+            from safetensors.torch import save_file
+
+            save_file({k: v.contiguous() for k, v in weights.items()}, args.save)
+    if args.export and args.mutants and args.tp > 1:  # each rank holds its neighbour's shard: an export
+        # that gathers the shards out of order
+        stage("swap_shards", rank, lambda: swap_tensor_parallel_shards(model))
+        mutants["shards_swapped"] = {"export": exported(bridge, model)}
     result["mutants"] = mutants
-    tp_rank, dp_rank = (
-        parallel_state.get_tensor_model_parallel_rank(),
-        parallel_state.get_data_parallel_rank(),
-    )
-    if last and tp_rank == 0 and dp_rank == 0:  # the one rank that reports
+    if reporting:  # the one rank that reports
         print(f"probe result rank {rank} loss {result['loss']:.8f} grad_norm {norm:.8f}", flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps(result))
     dist.destroy_process_group()
     return 0
+
+
+def is_qk_layernorm(name: str) -> bool:
+    """Whether ``name`` is a QK layernorm's parameter (Qwen3's per-head query and key norms)."""
+    return "q_layernorm" in name or "k_layernorm" in name
 
 
 def exported(bridge: Any, model: Any) -> dict[str, str]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from consumers.trainer.backends.megatron_vl_backend import WorkerError
 from consumers.trainer.backends.megatron_vl_backend import megatron_python as backend_python
@@ -38,6 +39,10 @@ LOSS_TOLERANCE = 1e-5
 """Relative; measured 1e-7 (float32: the shards' sums in another order)."""
 NORM_TOLERANCE = 1e-4
 """Relative; measured 7e-6 at worst (TP = 2)."""
+STEPS = 2
+"""SGD steps after the first measurement, on the same batch; the weights after them compared."""
+WEIGHT_TOLERANCE = 1e-5
+"""The largest difference in any weight after the steps, relative to that tensor's largest magnitude."""
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +56,7 @@ def megatron_python() -> str:
 def probe(python: str, model: Path, nproc: int, out: Path, *args: str) -> dict[str, Any]:
     torchrun = str(Path(python).parent / "torchrun")
     cmd = [torchrun, "--standalone", f"--nproc_per_node={nproc}", str(PROBE), str(model), "--export"]
+    cmd += ["--steps", str(STEPS), "--save", str(out.with_suffix(".safetensors"))]
     done = subprocess.run(
         [*cmd, "--out", str(out), *args],
         capture_output=True,
@@ -60,7 +66,7 @@ def probe(python: str, model: Path, nproc: int, out: Path, *args: str) -> dict[s
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("probe ")]
     assert done.returncode == 0, "\n".join(lines) + done.stderr[-3000:]
-    return json.loads(out.read_text())
+    return json.loads(out.read_text()) | {"saved": str(out.with_suffix(".safetensors"))}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +93,7 @@ def one_rank(
 
 LAYOUTS = {"tp2": ("tiny", ["--tp", "2"]), "dp2": ("tiny", []), "pp2": ("four", ["--pp", "2"])}
 MUTANTS = {
-    "tp2": ["no_grad_allreduce", "shards_swapped"],
+    "tp2": ["no_grad_allreduce", "layernorms_not_summed", "shards_swapped"],
     "dp2": ["no_dp_allreduce"],
     "pp2": ["no_grad_allreduce", "drop_vision"],
 }
@@ -95,6 +101,16 @@ MUTANTS = {
 
 def relative(a: float, b: float) -> float:
     return abs(a - b) / abs(b)
+
+
+def weight_gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape and a.dtype == b.dtype
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-12))
+
+
+def digest(tensor: torch.Tensor) -> str:
+    raw = tensor.contiguous().view(torch.uint8).numpy().tobytes()
+    return f"{tensor.dtype} {list(tensor.shape)} {hashlib.sha256(raw).hexdigest()}"
 
 
 @pytest.fixture(scope="module")
@@ -117,29 +133,38 @@ def test_two_ranks_give_one_ranks_loss_gradient_norm_and_exported_weights(
     got, want = two_ranks[layout], one_rank[LAYOUTS[layout][0]]
     assert relative(got["loss"], want["loss"]) < LOSS_TOLERANCE, (got, want)
     assert relative(got["grad_norm"], want["grad_norm"]) < NORM_TOLERANCE, (got, want)
+    qk = got["qk_layernorm_grad_norm"], want["qk_layernorm_grad_norm"]
+    assert qk[1] > 0 and relative(*qk) < NORM_TOLERANCE, qk
     # the shards and stages gathered back: every weight under its name, its bytes the one rank's
     assert len(want["export"]) > 50 and got["export"] == want["export"]
+    # two SGD steps on: each step's loss, and every weight after them, as one rank's
+    assert len(got["step_losses"]) == STEPS and got["step_losses"][-1] < got["step_losses"][0]
+    for a, b in zip(got["step_losses"], want["step_losses"], strict=True):
+        assert relative(a, b) < LOSS_TOLERANCE, (got["step_losses"], want["step_losses"])
+    stepped, reference = load_file(got["saved"]), load_file(want["saved"])
+    assert set(stepped) == set(reference)
+    moved = [n for n in reference if digest(reference[n]) != want["export"][n]]
+    assert len(moved) > 20  # the steps changed the model (not a comparison of two untouched copies)
+    worst = {n: weight_gap(stepped[n], reference[n]) for n in reference}
+    assert max(worst.values()) < WEIGHT_TOLERANCE, sorted(worst.items(), key=lambda kv: -kv[1])[:5]
 
 
 def test_one_ranks_export_is_the_checkpoint_it_loaded(
     tiny_model_dir: Path, one_rank: dict[str, dict[str, Any]]
 ) -> None:
     """The export the layouts are held to is the Hugging Face checkpoint itself: same names, same bytes."""
-    from safetensors.torch import load_file
-
     weights = load_file(str(tiny_model_dir / "model.safetensors"))
     assert set(one_rank["tiny"]["export"]) == set(weights)
-    for name, tensor in weights.items():
-        digest = hashlib.sha256(tensor.contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-        assert one_rank["tiny"]["export"][name] == f"{tensor.dtype} {list(tensor.shape)} {digest}", name
+    assert {name: digest(tensor) for name, tensor in weights.items()} == one_rank["tiny"]["export"]
 
 
 @pytest.mark.parametrize("layout", list(MUTANTS))
 def test_a_parallel_run_missing_a_step_is_told_apart(
     layout: str, one_rank: dict[str, dict[str, Any]], two_ranks: dict[str, dict[str, Any]]
 ) -> None:
-    """TP or PP without the norm's all-reduce (each rank sees its shards only), TP's shards gathered in the
-    wrong order, DP without the replicas' gradient sum, PP with the first stage's vision input zeroed."""
+    """TP or PP without the norm's all-reduce (each rank sees its shards only), TP's QK layernorm gradients
+    not summed over the ranks' heads, TP's shards gathered in the wrong order, DP without the replicas'
+    gradient sum, PP with the first stage's vision input zeroed."""
     want = one_rank[LAYOUTS[layout][0]]
     mutants = two_ranks[layout]["mutants"]
     assert sorted(mutants) == sorted(MUTANTS[layout])
@@ -147,6 +172,9 @@ def test_a_parallel_run_missing_a_step_is_told_apart(
         if "export" in got:
             differ = {k for k, v in got["export"].items() if want["export"].get(k) != v}
             assert len(differ) > 5, (name, differ)  # every split weight, not one
+        elif "qk_layernorm_grad_norm" in got:
+            qk = got["qk_layernorm_grad_norm"], want["qk_layernorm_grad_norm"]
+            assert relative(*qk) > 100 * NORM_TOLERANCE, (name, qk)
         else:
             worst = max(relative(got["loss"], want["loss"]), relative(got["grad_norm"], want["grad_norm"]))
             assert worst > 100 * NORM_TOLERANCE, (name, got, want)

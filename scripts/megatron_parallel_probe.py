@@ -15,7 +15,8 @@ one rank (``--nproc_per_node 1``). PP > 1: the stages built by megatron-bridge's
 states passed forward and their gradient back by hand (one microbatch; megatron-core's schedules allocate
 on CUDA). ``--export``: the weights exported under their Hugging Face names (megatron-bridge's
 ``export_hf_weights``, gathering the TP shards and the PP stages), each tensor's digest in ``--out``.
-``--steps N``: then N SGD steps on the same batch, the exported weights after them in ``--save``.
+``--grpo``: the loss is the trainer's GRPO loss (``consumers/trainer/grpo/loss.py``, with TIS and the KL
+term), each item an episode. ``--steps N``: then N SGD steps on the same batch, the exported weights after them in ``--save``.
 ``--mutants``: after the real run, the same run with one step broken (the gradient norm without its
 all-reduce over the model-parallel group, the replicas' gradients not summed, the first stage's vision input
 zeroed, the TP shards exported in the wrong order), for a test to tell apart: one launch, not one each.
@@ -101,6 +102,9 @@ def main() -> int:
     parser.add_argument("--export", action="store_true", help="export the weights, their digests in --out")
     parser.add_argument("--steps", type=int, default=0, help="then this many SGD steps on the same batch")
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument(
+        "--grpo", action="store_true", help="the trainer's GRPO loss (TIS, KL), not the mean token NLL"
+    )
     parser.add_argument("--save", default="", help="the weights after --steps, as safetensors, here")
     parser.add_argument(
         "--mutants",
@@ -149,11 +153,12 @@ def main() -> int:
     bridge, model = stage("build_and_load", rank, build)
     config = json.loads((Path(args.model_dir) / "config.json").read_text())
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "consumers/trainer/backends/megatron"))
-    from worker import pack  # the worker's packing: THD, one segment per item
+    from worker import load_policy_loss, pack  # the worker's packing (THD, one segment per item), its loss
 
     dp = parallel_state.get_data_parallel_world_size()
     every = items(config)
-    mine = every[parallel_state.get_data_parallel_rank() :: dp]  # this replica's share of the batch
+    my_items = list(range(len(every)))[parallel_state.get_data_parallel_rank() :: dp]
+    mine = [every[i] for i in my_items]  # this replica's share of the batch
     total = sum(int(item["tokens"].numel()) - 1 for item in every)  # tokens predicted, over all replicas
     batch = pack(mine)
     ids = batch["input_ids"]
@@ -177,9 +182,37 @@ def main() -> int:
         picked, start = [], 0
         for length in batch["lengths"]:
             targets = ids[0, start + 1 : start + length]
-            picked.append(rows[start : start + length - 1].gather(1, targets.unsqueeze(1)))
+            picked.append(rows[start : start + length - 1].gather(1, targets.unsqueeze(1)).squeeze(1))
             start += length
+        if args.grpo:
+            return grpo_loss(picked)
         return -torch.cat(picked).sum() / total
+
+    policy_loss, loss_settings = None, None
+    if args.grpo:  # the trainer's own loss module, loaded by file as the worker loads it
+        loss_module = load_policy_loss()
+        policy_loss = loss_module.policy_loss
+        loss_settings = loss_module.LossConfig(tis_clip=2.0, kl_coef=0.1)
+    held: dict[str, torch.Tensor] = {}  # the reference's and the engine's logprobs, made on the first pass
+
+    def grpo_loss(picked: list[torch.Tensor]) -> torch.Tensor:
+        """The GRPO loss with TIS and the KL term over this replica's episodes (one per item), scaled by
+        its share of the episodes: the replicas' losses (and gradients) summed are the one-rank loss. The
+        reference is the weights the run started from; the engine's logprobs are the reference's, each
+        token moved by a seeded amount (so TIS has a ratio to cap)."""
+        logprobs = torch.cat(picked)
+        if not held:
+            held["reference"] = logprobs.detach().clone()
+            shifts = [torch.rand(len(x), generator=torch.Generator().manual_seed(100 + i)) for i, x in
+                      zip(my_items, picked, strict=True)]  # fmt: skip
+            held["rollout"] = held["reference"] - 0.5 + torch.cat(shifts)
+        episodes = torch.cat([torch.full((len(x),), j) for j, x in enumerate(picked)])
+        advantages = torch.cat(
+            [torch.full((len(x),), ADVANTAGES[i]) for i, x in zip(my_items, picked, strict=True)]
+        )
+        loss, _ = policy_loss(logprobs, held["rollout"], advantages, torch.ones_like(logprobs), episodes,
+                              loss_settings, reference_logprobs=held["reference"])  # fmt: skip
+        return loss * len(my_items) / len(every)
 
     losses: list[torch.Tensor] = []
     first = parallel_state.is_pipeline_first_stage()
@@ -327,6 +360,10 @@ def main() -> int:
             Path(args.out).write_text(json.dumps(result))
     dist.destroy_process_group()
     return 0
+
+
+ADVANTAGES = (1.0, -0.5, 0.5, -1.0)
+"""Each item's (episode's) advantage under ``--grpo``."""
 
 
 def is_qk_layernorm(name: str) -> bool:

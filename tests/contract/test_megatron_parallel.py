@@ -39,8 +39,10 @@ LOSS_TOLERANCE = 1e-5
 """Relative; measured 1e-7 (float32: the shards' sums in another order)."""
 NORM_TOLERANCE = 1e-4
 """Relative; measured 7e-6 at worst (TP = 2)."""
-STEPS = 2
-"""SGD steps after the first measurement, on the same batch; the weights after them compared."""
+STEPS, LR = 2, 0.0002
+"""SGD steps after the first measurement, on the same batch, under the trainer's GRPO loss with TIS and the
+KL term; the weights after them compared. (The tiny random model is steep: at lr 0.002 one step sends the
+KL term, and the next loss, from -0.08 to 460; at 0.0002 the loss goes -0.08, -0.41.)"""
 WEIGHT_TOLERANCE = 1e-5
 """The largest difference in any weight after the steps, relative to that tensor's largest magnitude."""
 
@@ -56,7 +58,7 @@ def megatron_python() -> str:
 def probe(python: str, model: Path, nproc: int, out: Path, *args: str) -> dict[str, Any]:
     torchrun = str(Path(python).parent / "torchrun")
     cmd = [torchrun, "--standalone", f"--nproc_per_node={nproc}", str(PROBE), str(model), "--export"]
-    cmd += ["--steps", str(STEPS), "--save", str(out.with_suffix(".safetensors"))]
+    cmd += ["--grpo", "--steps", str(STEPS), "--lr", str(LR), "--save", str(out.with_suffix(".safetensors"))]
     done = subprocess.run(
         [*cmd, "--out", str(out), *args],
         capture_output=True,
@@ -137,7 +139,7 @@ def test_two_ranks_give_one_ranks_loss_gradient_norm_and_exported_weights(
     assert qk[1] > 0 and relative(*qk) < NORM_TOLERANCE, qk
     # the shards and stages gathered back: every weight under its name, its bytes the one rank's
     assert len(want["export"]) > 50 and got["export"] == want["export"]
-    # two SGD steps on: each step's loss, and every weight after them, as one rank's
+    # two SGD steps on (the trainer's GRPO loss): each step's loss, and every weight after them, as one rank's
     assert len(got["step_losses"]) == STEPS and got["step_losses"][-1] < got["step_losses"][0]
     for a, b in zip(got["step_losses"], want["step_losses"], strict=True):
         assert relative(a, b) < LOSS_TOLERANCE, (got["step_losses"], want["step_losses"])

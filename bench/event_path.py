@@ -2,6 +2,7 @@
 same bytes along the same path, side by side in one run (rounds alternate, medians compared).
 
     .venv/bin/python bench/event_path.py [--groups 300] [--group-size 4] [--turns 3] [--rate 20] [--rounds 5] [--warmup 1] [--batch 200]
+    .venv/bin/python bench/event_path.py --curve 25 50 100 200 400 800 [--seconds 5]
 
 cua-stream: a producer's ``EventProducer`` writes each episode's turns, then its outcome; the real scorer
 (``Scorer``: the exactly-once transform, a Kafka transaction per batch) turns outcomes into scores; the
@@ -12,6 +13,12 @@ group's records. Two measures:
 
 - throughput: every group written at once (a backlog), episodes per second until the last group is ready;
 - latency: groups written at ``--rate`` groups/s; per group, the last outcome's send to the group ready.
+
+``--curve R1 R2 ...``: instead, the stage's curve: at each offered rate (groups/s, ``--seconds`` of them)
+both paths side by side, the episodes/s they kept up with, the outcome → group-ready latency p50/p99, the
+scorer's share of it, and this process's CPU seconds per 1,000 episodes (it runs the producer, the scorer
+and the trainer's reading, or raw's three): the rates rise until cua-stream's knee (kept up with < 90 % of
+the offered rate, or a p99 10x the first point's), which is printed last.
 
 Without --bootstrap (or CUA_BOOTSTRAP_SERVERS) it starts a private local broker for the run. The process's
 startup heap is frozen first (``freeze_startup_heap``, as the daemons do once ready), for both paths.
@@ -377,6 +384,39 @@ async def main(
     print(f"cua-stream p99 latency: {p99:.1f} ms (goal < 100 ms: {'met' if p99 < 100 else 'NOT met'})")
 
 
+async def curve(
+    bootstrap: str, rates: list[float], seconds: float, group_size: int, turns: int, warmup: int, batch: int
+) -> None:
+    """Offered load against what each path keeps up with, rate by rate, to cua-stream's knee."""
+    freeze_startup_heap()
+    for _ in range(warmup):  # the broker's JVM warms up on backlogs first (see ``main``)
+        for fn in (cua_round, raw_round):
+            await fn(bootstrap, episodes(100, group_size, turns), 0.0, batch)
+    print(f"curve: {group_size} episodes x {turns} turns a group, {seconds:g} s of groups at each rate;")
+    print("offered eps/s | kept up, eps/s (cua / raw) | ready p50 / p99 ms (cua) | (raw) | scorer p50 / p99 ms"
+          " | CPU s / 1000 episodes (cua / raw)")  # fmt: skip
+    first_p99 = None
+    for i, rate in enumerate(rates):
+        groups = episodes(max(20, int(rate * seconds)), group_size, turns)
+        n = len(groups) * group_size
+        got: dict[str, tuple[float, Timing, float]] = {}
+        for name, fn in (("cua", cua_round), ("raw", raw_round))[:: 1 if i % 2 == 0 else -1]:
+            cpu = time.process_time()
+            wall, timing = await fn(bootstrap, groups, rate, batch)
+            got[name] = (n / wall, timing, (time.process_time() - cpu) / n * 1000)
+        cua_ms, raw_ms = got["cua"][1].latencies_ms(), got["raw"][1].latencies_ms()
+        scoring = got["cua"][1].scoring_ms()
+        first_p99 = first_p99 or pct(cua_ms, 0.99)
+        print(f"{rate * group_size:13.0f} | {got['cua'][0]:9.0f} / {got['raw'][0]:<9.0f}     | "
+              f"{pct(cua_ms, 0.5):7.1f} / {pct(cua_ms, 0.99):<8.1f}       | {pct(raw_ms, 0.5):6.1f} / "
+              f"{pct(raw_ms, 0.99):<7.1f} | {pct(scoring, 0.5):6.1f} / {pct(scoring, 0.99):<7.1f}    | "
+              f"{got['cua'][2]:5.2f} / {got['raw'][2]:.2f} ({got['cua'][2] / got['raw'][2]:.2f}x)")  # fmt: skip
+        if got["cua"][0] < 0.9 * rate * group_size or pct(cua_ms, 0.99) > 10 * first_p99:
+            print(f"knee: {rate * group_size:.0f} episodes/s offered, {got['cua'][0]:.0f} kept up with")
+            return
+    print("no knee up to the last rate")
+
+
 if __name__ == "__main__":
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # a fresh topic's leader elections, retried
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -392,11 +432,24 @@ if __name__ == "__main__":
         default=ScorerConfig().max_batch,
         help="Outcomes per scorer transaction (and per relay commit) at most: scorer.max_batch.",
     )
+    ap.add_argument(
+        "--curve", type=float, nargs="+", help="Offered rates (groups/s): the curve, not the ratio."
+    )
+    ap.add_argument(
+        "--seconds", type=float, default=5.0, help="With --curve: seconds of groups at each rate."
+    )
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     a = ap.parse_args()
     args = (a.groups, a.group_size, a.turns, a.rate, a.rounds, a.warmup, a.batch)
+
+    def run(bootstrap: str) -> None:
+        if a.curve:
+            asyncio.run(curve(bootstrap, a.curve, a.seconds, a.group_size, a.turns, a.warmup, a.batch))
+        else:
+            asyncio.run(main(bootstrap, *args))
+
     if a.bootstrap:
-        asyncio.run(main(a.bootstrap, *args))
+        run(a.bootstrap)
     else:
         from cua_stream.broker import BrokerConfig, LocalBroker
 
@@ -404,6 +457,6 @@ if __name__ == "__main__":
             broker = LocalBroker(BrokerConfig(home=home, port=39194, heap_mb=1024))
             broker.start()
             try:
-                asyncio.run(main(broker.config.bootstrap_servers, *args))
+                run(broker.config.bootstrap_servers)
             finally:
                 broker.stop()

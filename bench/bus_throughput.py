@@ -2,16 +2,24 @@
 same bytes, measured side by side in one run (rounds alternate, medians compared).
 
     .venv/bin/python bench/bus_throughput.py [--events 4000] [--rounds 3] [--bootstrap host:port]
+    .venv/bin/python bench/bus_throughput.py --curve 100 200 400 800 1600 [--seconds 4]
 
 Without --bootstrap (or CUA_BOOTSTRAP_SERVERS) it starts a private local broker for the run. Each event is
 a realistic turn: 2,000 completion token ids with their logprobs, a 200-token prompt delta and one image
 reference. Goal: cua-stream / raw >= 0.8.
+
+``--curve R1 R2 ...`` (turn events/s): instead, the bus's curve. At each offered rate, both paths side by
+side (alternating which goes first), ``--seconds`` of turns written paced while a consumer in the same
+process reads them live: MB/s kept up with (the bytes / from the first sent to the last read), send → read
+latency p50/p99, and this process's CPU seconds per MB (it writes and reads). The rates rise until
+cua-stream's knee (kept up with < 90 % of the offered rate, or a p99 10x the first point's).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -24,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from cua_stream.bus.admin import TopicAdmin
@@ -153,15 +162,112 @@ async def main(bootstrap: str, n: int, rounds: int) -> None:
     )
 
 
+async def live_point(bus: BusConfig, turns: list[TurnEvent], rate: float, ours: bool) -> dict[str, float]:
+    """``turns`` written at ``rate`` a second while read live; what was kept up with."""
+    topic = bus.topics().name_of(TURNS)
+    records = [encode_record(topic, TURNS, ev) for ev in turns]
+    sent: dict[int, float] = {}
+    read: dict[int, float] = {}
+    consumer = AIOKafkaConsumer(bootstrap_servers=bus.bootstrap_servers, enable_auto_commit=False,
+                                isolation_level="read_committed", max_poll_records=1000,
+                                fetch_max_bytes=64 * 1024 * 1024, max_partition_fetch_bytes=8 * 1024 * 1024,
+                                **client_security(bus))  # fmt: skip
+    await start_consumer(consumer, bus)
+    tps = [TopicPartition(topic, p) for p in await partitions_of(consumer, topic)]
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    raw = None if ours else AIOKafkaProducer(bootstrap_servers=bus.bootstrap_servers, **PRODUCER_OPTS,
+                                             **client_security(bus))  # fmt: skip
+    cpu0 = time.process_time()
+
+    async def write() -> None:
+        start, i = time.perf_counter(), 0
+        async with contextlib.AsyncExitStack() as stack:
+            producer = await stack.enter_async_context(EventProducer(bus)) if ours else raw
+            if raw is not None:
+                await raw.start()
+                stack.push_async_callback(raw.stop)
+            while i < len(turns):  # every 5 ms, the turns due by then
+                due = min(len(turns), int((time.perf_counter() - start) * rate) + 1)
+                for j in range(i, due):
+                    sent[j] = time.perf_counter()
+                    if ours:
+                        await producer.send(TURNS, turns[j])  # type: ignore[union-attr]
+                    else:
+                        rec = records[j]
+                        headers = [*rec.headers, ("n", j.to_bytes(4, "big"))]  # which turn, for its latency
+                        await raw.send(topic, rec.value, key=rec.key, headers=headers)  # type: ignore[union-attr]
+                i = due
+                await asyncio.sleep(0.005)
+            await producer.flush()  # type: ignore[union-attr]
+
+    writing = asyncio.create_task(write())
+    try:
+        while len(read) < len(turns):
+            for msgs in (await consumer.getmany(timeout_ms=200)).values():
+                now = time.perf_counter()
+                for msg in msgs:
+                    if ours:  # cua-stream's reading: each record decoded and checked
+                        seq = decode_message({topic: TURNS}, msg).event.seq  # type: ignore[union-attr]
+                    else:  # raw's: the bytes, and the turn's number from its last header
+                        seq = int.from_bytes(msg.headers[-1][1], "big")
+                    read.setdefault(seq, now)
+        await writing
+    finally:
+        await consumer.stop()
+    cpu = time.process_time() - cpu0
+    mb = sum(len(r.value) for r in records) / 1e6
+    ms = sorted((read[j] - sent[j]) * 1000 for j in range(len(turns)))
+    wall = max(read.values()) - sent[0]
+    return {"mb_s": mb / wall, "p50": ms[len(ms) // 2], "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))],
+            "cpu_per_mb": cpu / mb}  # fmt: skip
+
+
+async def curve(bootstrap: str, rates: list[float], seconds: float) -> None:
+    base = make_turns(1000)  # then copies with their own turn numbers: drawing 2,000 ids a turn is slow
+    pool = [msgspec.structs.replace(base[j % 1000], seq=j) for j in range(int(max(rates) * seconds))]
+    kb = sum(len(encode_record("x", TURNS, ev).value) for ev in pool[:100]) / 100 / 1e3
+    print(f"curve: turn events of {kb:.1f} kB, {seconds:g} s of them at each rate, read live in this process")
+    print("offered events/s (MB/s) | kept up MB/s (cua / raw) | send → read p50 / p99 ms (cua) | (raw) | "
+          "CPU s / MB (cua / raw)")  # fmt: skip
+    first_p99 = None
+    for i, rate in enumerate(rates):
+        turns = pool[: int(rate * seconds)]
+        got = {}
+        for name in ("cua", "raw")[:: 1 if i % 2 == 0 else -1]:
+            bus = await fresh_prefix(bootstrap, f"curve{name}")
+            got[name] = await live_point(bus, turns, rate, ours=name == "cua")
+        c, r = got["cua"], got["raw"]
+        first_p99 = first_p99 or c["p99"]
+        print(f"{rate:10.0f} ({rate * kb / 1e3:6.1f})      | {c['mb_s']:6.1f} / {r['mb_s']:<6.1f}             | "
+              f"{c['p50']:7.1f} / {c['p99']:<8.1f}              | {r['p50']:6.1f} / {r['p99']:<7.1f} | "
+              f"{c['cpu_per_mb']:.3f} / {r['cpu_per_mb']:.3f} ({c['cpu_per_mb'] / r['cpu_per_mb']:.2f}x)")  # fmt: skip
+        if c["mb_s"] < 0.9 * rate * kb / 1e3 or c["p99"] > 10 * first_p99:
+            print(
+                f"knee: {rate:.0f} events/s ({rate * kb / 1e3:.1f} MB/s) offered, {c['mb_s']:.1f} MB/s kept up with"
+            )
+            return
+    print("no knee up to the last rate")
+
+
 if __name__ == "__main__":
     logging.getLogger("aiokafka").setLevel(logging.ERROR)  # transient leader-election retries are noise here
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=4000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--curve", type=float, nargs="+", help="Offered turn events/s: the curve, not the ratio.")
+    ap.add_argument("--seconds", type=float, default=4.0, help="With --curve: seconds of turns at each rate.")
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     args = ap.parse_args()
+
+    def run(bootstrap: str) -> None:
+        if args.curve:
+            asyncio.run(curve(bootstrap, args.curve, args.seconds))
+        else:
+            asyncio.run(main(bootstrap, args.events, args.rounds))
+
     if args.bootstrap:
-        asyncio.run(main(args.bootstrap, args.events, args.rounds))
+        run(args.bootstrap)
     else:
         from cua_stream.broker import BrokerConfig, LocalBroker
 
@@ -169,6 +275,6 @@ if __name__ == "__main__":
             broker = LocalBroker(BrokerConfig(home=home, port=39092, heap_mb=1024))
             broker.start()
             try:
-                asyncio.run(main(broker.config.bootstrap_servers, args.events, args.rounds))
+                run(broker.config.bootstrap_servers)
             finally:
                 broker.stop()

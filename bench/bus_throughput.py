@@ -25,7 +25,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -35,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from bench.fixtures.broker import bootstrap_or_private
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.codec import encode_record
 from cua_stream.bus.connect import client_security
@@ -266,15 +266,5 @@ if __name__ == "__main__":
         else:
             asyncio.run(main(bootstrap, args.events, args.rounds))
 
-    if args.bootstrap:
-        run(args.bootstrap)
-    else:
-        from cua_stream.broker import BrokerConfig, LocalBroker
-
-        with tempfile.TemporaryDirectory() as home:
-            broker = LocalBroker(BrokerConfig(home=home, port=39092, heap_mb=1024))
-            broker.start()
-            try:
-                run(broker.config.bootstrap_servers)
-            finally:
-                broker.stop()
+    with bootstrap_or_private(args.bootstrap, 39092) as bootstrap:
+        run(bootstrap)

@@ -34,7 +34,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -49,6 +48,7 @@ import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
+from bench.fixtures.broker import bootstrap_or_private
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
 from consumers.trainer.stream.intake import INPUTS, set_barriers
@@ -448,15 +448,5 @@ if __name__ == "__main__":
         else:
             asyncio.run(main(bootstrap, *args))
 
-    if a.bootstrap:
-        run(a.bootstrap)
-    else:
-        from cua_stream.broker import BrokerConfig, LocalBroker
-
-        with tempfile.TemporaryDirectory() as home:
-            broker = LocalBroker(BrokerConfig(home=home, port=39194, heap_mb=1024))
-            broker.start()
-            try:
-                run(broker.config.bootstrap_servers)
-            finally:
-                broker.stop()
+    with bootstrap_or_private(a.bootstrap, 39194) as bootstrap:
+        run(bootstrap)

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import anyio
 
+from bench.fixtures.broker import bootstrap_or_private
 from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.app.demo import TEMPERATURE, tiny_model_dir
 from cua_stream.bus.admin import TopicAdmin
@@ -194,15 +195,5 @@ if __name__ == "__main__":
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     args = ap.parse_args()
     run = (args.desktops, args.episodes_per_desktop, args.turns, args.environments, args.suites)
-    if args.bootstrap:
-        asyncio.run(main(args.bootstrap, *run))
-    else:
-        from cua_stream.broker import BrokerConfig, LocalBroker
-
-        with tempfile.TemporaryDirectory() as home:
-            broker = LocalBroker(BrokerConfig(home=home, port=39194, heap_mb=1024))
-            broker.start()
-            try:
-                asyncio.run(main(broker.config.bootstrap_servers, *run))
-            finally:
-                broker.stop()
+    with bootstrap_or_private(args.bootstrap, 39194) as bootstrap:
+        asyncio.run(main(bootstrap, *run))

@@ -23,7 +23,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -36,6 +35,7 @@ import anyio
 import httpx
 from fastapi import FastAPI, Request
 
+from bench.fixtures.broker import bootstrap_or_private
 from consumers.trainer.stream.feeder import work_for_group
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.producer import EventProducer
@@ -288,15 +288,5 @@ if __name__ == "__main__":
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     args = ap.parse_args()
     run = (args.episodes, args.turns, args.engine_latency, args.action_latency)
-    if args.bootstrap:
-        asyncio.run(main(args.bootstrap, *run))
-    else:
-        from cua_stream.broker import BrokerConfig, LocalBroker
-
-        with tempfile.TemporaryDirectory() as home:
-            broker = LocalBroker(BrokerConfig(home=home, port=39193, heap_mb=1024))
-            broker.start()
-            try:
-                asyncio.run(main(broker.config.bootstrap_servers, *run))
-            finally:
-                broker.stop()
+    with bootstrap_or_private(args.bootstrap, 39193) as bootstrap:
+        asyncio.run(main(bootstrap, *run))

@@ -24,13 +24,13 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.fixtures.broker import bootstrap_or_private
 from consumers.scorer.config import ScorerConfig
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.consumer import decode_message
@@ -155,15 +155,5 @@ if __name__ == "__main__":
     ap.add_argument("--batch", type=int, default=ScorerConfig().max_batch, help="scorer.max_batch")
     ap.add_argument("--bootstrap", default=os.environ.get("CUA_BOOTSTRAP_SERVERS"))
     a = ap.parse_args()
-    if a.bootstrap:
-        asyncio.run(main(a.bootstrap, a.rates, a.seconds, a.batch))
-    else:
-        from cua_stream.broker import BrokerConfig, LocalBroker
-
-        with tempfile.TemporaryDirectory() as home:
-            broker = LocalBroker(BrokerConfig(home=home, port=39196, heap_mb=1024))
-            broker.start()
-            try:
-                asyncio.run(main(broker.config.bootstrap_servers, a.rates, a.seconds, a.batch))
-            finally:
-                broker.stop()
+    with bootstrap_or_private(a.bootstrap, 39196) as bootstrap:
+        asyncio.run(main(bootstrap, a.rates, a.seconds, a.batch))

@@ -26,7 +26,6 @@ import os
 import random
 import resource
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -37,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from aiokafka import TopicPartition
 
+from bench.fixtures.broker import bootstrap_or_private
 from consumers.trainer.episodes.samples import assemble
 from consumers.trainer.stream.intake import set_barriers
 from consumers.trainer.stream.join import Join
@@ -279,17 +279,8 @@ if __name__ == "__main__":
     ap.add_argument("--curve", type=float, nargs="+", help="offered turn events/s, point by point, live")
     ap.add_argument("--seconds", type=float, default=6.0, help="--curve: seconds of load a point")
     args = ap.parse_args()
-    if args.bootstrap and args.curve:
-        asyncio.run(curve(args.bootstrap, args.curve, args.seconds, args.group_size, args.turns))
-    elif args.bootstrap:
-        asyncio.run(main(args.bootstrap, args.groups, args.group_size, args.turns))
-    else:
-        from cua_stream.broker import BrokerConfig, LocalBroker
-
-        with tempfile.TemporaryDirectory() as home:
-            broker = LocalBroker(BrokerConfig(home=home, port=39192, heap_mb=1024))
-            broker.start()
-            try:
-                asyncio.run(main(broker.config.bootstrap_servers, args.groups, args.group_size, args.turns))
-            finally:
-                broker.stop()
+    with bootstrap_or_private(args.bootstrap, 39192) as bootstrap:
+        if args.curve:
+            asyncio.run(curve(bootstrap, args.curve, args.seconds, args.group_size, args.turns))
+        else:
+            asyncio.run(main(bootstrap, args.groups, args.group_size, args.turns))

@@ -16,10 +16,11 @@ states passed forward and their gradient back by hand (one microbatch; megatron-
 on CUDA). ``--export``: the weights exported under their Hugging Face names (megatron-bridge's
 ``export_hf_weights``, gathering the TP shards and the PP stages), each tensor's digest in ``--out``.
 ``--grpo``: the loss is the trainer's GRPO loss (``consumers/trainer/grpo/loss.py``, with TIS and the KL
-term), each item an episode. ``--steps N``: then N SGD steps on the same batch, the exported weights after them in ``--save``.
-``--mutants``: after the real run, the same run with one step broken (the gradient norm without its
-all-reduce over the model-parallel group, the replicas' gradients not summed, the first stage's vision input
-zeroed, the TP shards exported in the wrong order), for a test to tell apart: one launch, not one each.
+term), each item an episode. ``--steps N``: then N SGD steps on the same batch, the exported weights
+after them in ``--save``. ``--mutants``: after the real run, the same run with one step broken (the
+gradient norm without its all-reduce over the model-parallel group, the QK layernorms' gradients not summed
+over the TP ranks, the replicas' gradients not summed, the first stage's vision input zeroed, the TP shards
+exported in the wrong order), for a test to tell apart: one launch, not one each.
 """
 
 from __future__ import annotations

@@ -25,12 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.fixtures.curve import pct
 from cua_stream.blobs import LocalBlobStore
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def run_threads(n: int, work: object) -> None:

@@ -35,6 +35,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from bench.fixtures.broker import bootstrap_or_private
+from bench.fixtures.curve import due, past_knee, pct
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.codec import encode_record
 from cua_stream.bus.connect import client_security
@@ -181,15 +182,13 @@ async def live_point(bus: BusConfig, turns: list[TurnEvent], rate: float, ours: 
     cpu0 = time.process_time()
 
     async def write() -> None:
-        start, i = time.perf_counter(), 0
         async with contextlib.AsyncExitStack() as stack:
             producer = await stack.enter_async_context(EventProducer(bus)) if ours else raw
             if raw is not None:
                 await raw.start()
                 stack.push_async_callback(raw.stop)
-            while i < len(turns):  # every 5 ms, the turns due by then
-                due = min(len(turns), int((time.perf_counter() - start) * rate) + 1)
-                for j in range(i, due):
+            async for batch in due(len(turns), rate):
+                for j in batch:
                     sent[j] = time.perf_counter()
                     if ours:
                         await producer.send(TURNS, turns[j])  # type: ignore[union-attr]
@@ -197,8 +196,6 @@ async def live_point(bus: BusConfig, turns: list[TurnEvent], rate: float, ours: 
                         rec = records[j]
                         headers = [*rec.headers, ("n", j.to_bytes(4, "big"))]  # which turn, for its latency
                         await raw.send(topic, rec.value, key=rec.key, headers=headers)  # type: ignore[union-attr]
-                i = due
-                await asyncio.sleep(0.005)
             await producer.flush()  # type: ignore[union-attr]
 
     writing = asyncio.create_task(write())
@@ -217,10 +214,9 @@ async def live_point(bus: BusConfig, turns: list[TurnEvent], rate: float, ours: 
         await consumer.stop()
     cpu = time.process_time() - cpu0
     mb = sum(len(r.value) for r in records) / 1e6
-    ms = sorted((read[j] - sent[j]) * 1000 for j in range(len(turns)))
+    ms = [(read[j] - sent[j]) * 1000 for j in range(len(turns))]
     wall = max(read.values()) - sent[0]
-    return {"mb_s": mb / wall, "p50": ms[len(ms) // 2], "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))],
-            "cpu_per_mb": cpu / mb}  # fmt: skip
+    return {"mb_s": mb / wall, "p50": pct(ms, 0.5), "p99": pct(ms, 0.99), "cpu_per_mb": cpu / mb}
 
 
 async def curve(bootstrap: str, rates: list[float], seconds: float) -> None:
@@ -242,7 +238,7 @@ async def curve(bootstrap: str, rates: list[float], seconds: float) -> None:
         print(f"{rate:10.0f} ({rate * kb / 1e3:6.1f})      | {c['mb_s']:6.1f} / {r['mb_s']:<6.1f}             | "
               f"{c['p50']:7.1f} / {c['p99']:<8.1f}              | {r['p50']:6.1f} / {r['p99']:<7.1f} | "
               f"{c['cpu_per_mb']:.3f} / {r['cpu_per_mb']:.3f} ({c['cpu_per_mb'] / r['cpu_per_mb']:.2f}x)")  # fmt: skip
-        if c["mb_s"] < 0.9 * rate * kb / 1e3 or c["p99"] > 10 * first_p99:
+        if past_knee(c["mb_s"], rate * kb / 1e3, c["p99"], first_p99):
             print(
                 f"knee: {rate:.0f} events/s ({rate * kb / 1e3:.1f} MB/s) offered, {c['mb_s']:.1f} MB/s kept up with"
             )

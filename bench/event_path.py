@@ -49,6 +49,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from bench.fixtures.broker import bootstrap_or_private
+from bench.fixtures.curve import past_knee, pct
 from consumers.scorer.config import ScorerConfig
 from consumers.scorer.daemon import Scorer
 from consumers.trainer.stream.intake import INPUTS, set_barriers
@@ -328,10 +329,6 @@ async def fresh(bootstrap: str, which: str) -> BusConfig:
     return bus
 
 
-def pct(values: list[float], q: float) -> float:
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
 async def main(
     bootstrap: str,
     n_groups: int,
@@ -411,7 +408,7 @@ async def curve(
               f"{pct(cua_ms, 0.5):7.1f} / {pct(cua_ms, 0.99):<8.1f}       | {pct(raw_ms, 0.5):6.1f} / "
               f"{pct(raw_ms, 0.99):<7.1f} | {pct(scoring, 0.5):6.1f} / {pct(scoring, 0.99):<7.1f}    | "
               f"{got['cua'][2]:5.2f} / {got['raw'][2]:.2f} ({got['cua'][2] / got['raw'][2]:.2f}x)")  # fmt: skip
-        if got["cua"][0] < 0.9 * rate * group_size or pct(cua_ms, 0.99) > 10 * first_p99:
+        if past_knee(got["cua"][0], rate * group_size, pct(cua_ms, 0.99), first_p99):
             print(f"knee: {rate * group_size:.0f} episodes/s offered, {got['cua'][0]:.0f} kept up with")
             return
     print("no knee up to the last rate")

@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fixtures.broker import bootstrap_or_private
+from bench.fixtures.curve import due, past_knee, pct
 from consumers.scorer.config import ScorerConfig
 from cua_stream.bus.admin import TopicAdmin
 from cua_stream.bus.consumer import decode_message
@@ -90,15 +91,10 @@ async def point(bootstrap: str, index: int, rate: float, seconds: float, batch: 
                 assert daemon.poll() is None, "the scorer exited"
 
             async def offer() -> None:
-                # every 5 ms, the outcomes due by then (a sleep per outcome would cap the offered rate)
-                start, i = time.perf_counter(), 0
-                while i < len(work):
-                    due = min(len(work), int((time.perf_counter() - start) * rate) + 1)
-                    for event in work[i:due]:
+                async for batch in due(len(work), rate):
+                    for event in (work[i] for i in batch):
                         sent[event.episode_id] = time.perf_counter()
                         await producer.send(OUTCOMES, event)
-                    i = due
-                    await asyncio.sleep(0.005)
                 await producer.flush()
 
             cpu0, mine0, wall0 = cpu_s(daemon.pid), time.process_time(), time.perf_counter()
@@ -116,14 +112,14 @@ async def point(bootstrap: str, index: int, rate: float, seconds: float, batch: 
     finally:
         daemon.terminate()
         daemon.wait(30)
-    ms = sorted((read[e.episode_id] - sent[e.episode_id]) * 1000 for e in work)
+    ms = [(read[e.episode_id] - sent[e.episode_id]) * 1000 for e in work]
     last = max(read[e.episode_id] for e in work)
     return {
         "offered": rate,
         "sent": len(work) / (sent[work[-1].episode_id] - sent[work[0].episode_id]),
         "kept_up": len(work) / (last - sent[work[0].episode_id]),
-        "p50": ms[len(ms) // 2],
-        "p99": ms[min(len(ms) - 1, int(0.99 * len(ms)))],
+        "p50": pct(ms, 0.5),
+        "p99": pct(ms, 0.99),
         "cpu_per_1000": cpu / len(work) * 1000,
         "scorer_cores": cpu / wall,
         "generator_cores": mine / wall,
@@ -141,7 +137,7 @@ async def main(bootstrap: str, rates: list[float], seconds: float, batch: int) -
         first_p99 = first_p99 or p["p99"]
         print(f"{rate:13.0f} ({p['sent']:5.0f}) | {p['kept_up']:13.0f} | {p['p50']:9.1f} / {p['p99']:<9.1f}           | "
               f"{p['cpu_per_1000']:18.2f} | {p['scorer_cores']:12.2f} | {p['generator_cores']:.2f}")  # fmt: skip
-        if p["kept_up"] < 0.9 * rate or p["p99"] > 10 * first_p99:
+        if past_knee(p["kept_up"], rate, p["p99"], first_p99):
             print(f"knee: {rate:.0f} episodes/s offered, {p['kept_up']:.0f} kept up with")
             return
     print("no knee up to the last rate")
